@@ -1,0 +1,37 @@
+# graphfuse — the README's two commands: `make train` and `make test`.
+# Each works alone on a fresh machine: it creates .venv and installs what it needs.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# The CPU wheel of torch is installed explicitly when torch is missing: a bare `torch`
+# requirement would pull a multi-GB CUDA build. Override for a GPU machine, e.g. TORCH=torch==2.11.0.
+TORCH ?= torch==2.13.0
+EXTRAS ?= dev
+# Offline mirror of raw dataset files (Planetoid/Cora, MUSAE Facebook, ...) when one sits beside the checkout.
+SHARED_DATASETS := $(abspath $(wildcard ../shared/datasets))
+ifneq ($(SHARED_DATASETS),)
+export GRAPHFUSE_DATA_MIRROR ?= $(SHARED_DATASETS)
+endif
+ARGS ?=
+
+.PHONY: install train test lint clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	touch $@
+
+train: install
+	$(PY) scripts/train.py $(ARGS)
+
+test: install
+	$(PY) -m pytest -q -m "not gpu" $(ARGS)
+
+lint: install
+	$(VENV)/bin/ruff check framework kernels samplers trainers scripts tests
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,131 @@
+"""The one place where aggregation backends register and get chosen.
+
+A backend is a named set of op implementations (``aggregate``, ``sddmm``, ``edge_softmax``) with the device
+types it runs on and whether its results are run-to-run deterministic. ``"reference"`` (pure PyTorch) runs
+everywhere and is the CPU path; CUDA kernel backends register themselves from their own modules.
+
+Choice per call: an explicit ``backend=`` name is honoured or refused (never a silent fallback); ``"auto"``
+asks the backend's ``chooser`` for the best registered implementation for these tensors, honouring
+``deterministic=True`` (also implied by ``torch.use_deterministic_algorithms(True)``) by skipping backends
+that use atomics.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping
+
+import torch
+
+OPS = ("aggregate", "sddmm", "edge_softmax")
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A named implementation of some engine ops.
+
+    Attributes:
+        name: what users pass as ``backend=``.
+        ops: op name → callable with the reference signature of that op.
+        devices: device types it runs on (``{"cpu", "cuda"}`` for the reference).
+        deterministic_on: device types on which its results are bitwise identical across runs (no
+            floating-point atomics there).
+        is_available: whether its runtime (e.g. CuPy) can be used here.
+        priority: order among candidates for ``"auto"`` (higher first).
+        supports: optional predicate ``(op, **call) -> bool`` refining which calls it can take under "auto".
+    """
+
+    name: str
+    ops: Mapping[str, Callable[..., Any]]
+    devices: frozenset[str]
+    deterministic_on: frozenset[str] = frozenset()
+    is_available: Callable[[], bool] = lambda: True
+    priority: int = 0
+    supports: Callable[..., bool] | None = field(default=None)
+
+
+_REGISTRY: dict[str, Backend] = {}
+_default_backend = "auto"
+
+
+def register_backend(backend: Backend) -> None:
+    """Add (or replace) a backend under ``backend.name``."""
+    unknown = set(backend.ops) - set(OPS)
+    if unknown:
+        raise ValueError(f"register_backend: unknown ops {sorted(unknown)}; valid ops are {list(OPS)}")
+    _REGISTRY[backend.name] = backend
+
+
+def registered_backends() -> list[str]:
+    """Names of every registered backend, ``"auto"`` excluded."""
+    return sorted(_REGISTRY)
+
+
+def set_default_backend(name: str) -> None:
+    """Backend used when a call passes ``backend=None`` (``"auto"`` unless changed)."""
+    global _default_backend
+    if name != "auto" and name not in _REGISTRY:
+        raise ValueError(f"set_default_backend: unknown backend {name!r}; valid: {['auto', *registered_backends()]}")
+    _default_backend = name
+
+
+def get_default_backend() -> str:
+    return _default_backend
+
+
+@contextlib.contextmanager
+def use_backend(name: str) -> Iterator[None]:
+    """Context manager: make ``name`` the default backend inside the block."""
+    previous = _default_backend
+    set_default_backend(name)
+    try:
+        yield
+    finally:
+        set_default_backend(previous)
+
+
+def resolve(
+    op: str, device: torch.device, backend: str | None = None, deterministic: bool | None = None, **call: Any
+) -> Callable[..., Any]:
+    """The implementation of ``op`` to run for tensors on ``device``.
+
+    Raises:
+        ValueError: unknown backend, a backend without ``op``, or one that cannot run on ``device``.
+        RuntimeError: a backend whose runtime is missing here (e.g. CuPy not installed).
+    """
+    name = _default_backend if backend is None else backend
+    if deterministic is None:
+        deterministic = torch.are_deterministic_algorithms_enabled()
+    if name == "auto":
+        candidates = sorted(_REGISTRY.values(), key=lambda b: -b.priority)
+        for candidate in candidates:
+            if (
+                op in candidate.ops
+                and device.type in candidate.devices
+                and (device.type in candidate.deterministic_on or not deterministic)
+                and candidate.is_available()
+                and (candidate.supports is None or candidate.supports(op, **call))
+            ):
+                return candidate.ops[op]
+        raise ValueError(f"{op}: no registered backend runs on {device.type} tensors")
+    if name not in _REGISTRY:
+        raise ValueError(f"{op}: unknown backend {name!r}; valid: {['auto', *registered_backends()]}")
+    chosen = _REGISTRY[name]
+    if op not in chosen.ops:
+        raise ValueError(f"{op}: backend {name!r} does not implement {op}; it implements {sorted(chosen.ops)}")
+    if device.type not in chosen.devices:
+        raise ValueError(
+            f"{op}: backend {name!r} runs on {sorted(chosen.devices)} tensors; got tensors on {device.type}"
+        )
+    if deterministic and device.type not in chosen.deterministic_on:
+        raise ValueError(
+            f"{op}: backend {name!r} is not deterministic on {device.type} (it uses atomics there), but "
+            "deterministic results were asked for"
+        )
+    if not chosen.is_available():
+        raise RuntimeError(
+            f"{op}: backend {name!r} is not available here (install graphfuse[cuda12] or graphfuse[cuda13] "
+            "for the CuPy kernels)"
+        )
+    return chosen.ops[op]

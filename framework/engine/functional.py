@@ -1,0 +1,134 @@
+"""Public engine ops: validate, pick a backend through the dispatcher, run.
+
+These are the only functions the layers call. Each accepts ``backend=`` (a registered name, ``"auto"``, or
+None for the default) and ``deterministic=`` (None follows ``torch.are_deterministic_algorithms_enabled()``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor
+
+from graphfuse.engine import dispatcher
+from graphfuse.graph import Graph
+
+REDUCES = ("sum", "mean", "max", "min")
+
+
+def _check_graph(op: str, graph: Any) -> None:
+    if not isinstance(graph, Graph):
+        raise TypeError(f"{op}: graph must be a graphfuse.Graph; got {type(graph).__name__}")
+
+
+def _check_nodes(op: str, name: str, t: Any, rows: int, rows_name: str, graph: Graph) -> None:
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{op}: {name} must be a torch.Tensor; got {type(t).__name__}")
+    if not t.is_floating_point():
+        raise TypeError(f"{op}: {name} must be floating point; got {t.dtype}")
+    if t.dim() not in (2, 3) or t.size(0) != rows:
+        raise ValueError(f"{op}: {name} must have shape ({rows_name}={rows}, F) or ({rows_name}={rows}, H, C); "
+                         f"got {tuple(t.shape)}")
+    if t.device != graph.device:
+        raise ValueError(f"{op}: {name} is on {t.device} but the graph is on {graph.device}")
+
+
+def _check_edges(op: str, name: str, t: Any, graph: Graph, heads: int | None) -> None:
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{op}: {name} must be a torch.Tensor; got {type(t).__name__}")
+    if not t.is_floating_point():
+        raise TypeError(f"{op}: {name} must be floating point; got {t.dtype}")
+    allowed = [(graph.num_edges,)] + ([(graph.num_edges, heads)] if heads is not None else [])
+    if tuple(t.shape) not in allowed:
+        expected = " or ".join(str(s) for s in allowed)
+        raise ValueError(f"{op}: {name} must have shape {expected} (E={graph.num_edges}); got {tuple(t.shape)}")
+    if t.device != graph.device:
+        raise ValueError(f"{op}: {name} is on {t.device} but the graph is on {graph.device}")
+
+
+def aggregate(
+    graph: Graph,
+    x: Tensor,
+    edge_weight: Tensor | None = None,
+    reduce: str = "sum",
+    *,
+    backend: str | None = None,
+    deterministic: bool | None = None,
+) -> Tensor:
+    """Aggregate source features into targets: ``out[i] = reduce_{e=(j→i)} w_e · x[j]``.
+
+    Args:
+        graph: the graph (or bipartite block); messages flow from ``edge_index[0]`` to ``edge_index[1]``.
+        x: source features.
+        edge_weight: per-edge weights in COO order; one per head for 3-D ``x`` (the GAT case). Overrides
+            ``graph.edge_weight``; None uses ``graph.edge_weight`` (unweighted when that is None too).
+        reduce: ``"sum"``, ``"mean"`` (weighted sum divided by in-degree), ``"max"`` or ``"min"``.
+        backend: a registered backend name, ``"auto"``, or None for the default.
+        deterministic: require an atomic-free backend.
+
+    Returns:
+        Aggregated features. Targets with no in-edges get 0 for every reduce.
+
+    Shapes:
+        x: (num_src, F) or (num_src, H, C); edge_weight: (E,) or (E, H); out: (num_dst, F) or (num_dst, H, C).
+    """
+    _check_graph("aggregate", graph)
+    _check_nodes("aggregate", "x", x, graph.num_src, "num_src", graph)
+    if reduce not in REDUCES:
+        raise ValueError(f"aggregate: reduce must be one of {list(REDUCES)}; got {reduce!r}")
+    if edge_weight is None:
+        edge_weight = graph.edge_weight
+    if edge_weight is not None:
+        _check_edges("aggregate", "edge_weight", edge_weight, graph, x.size(1) if x.dim() == 3 else None)
+        if edge_weight.dtype != x.dtype:
+            edge_weight = edge_weight.to(x.dtype)
+    impl = dispatcher.resolve("aggregate", x.device, backend, deterministic,
+                              graph=graph, x=x, edge_weight=edge_weight, reduce=reduce)
+    return impl(graph, x, edge_weight, reduce)
+
+
+def sddmm(
+    graph: Graph,
+    a: Tensor,
+    b: Tensor,
+    edge_weight: Tensor | None = None,
+    *,
+    backend: str | None = None,
+    deterministic: bool | None = None,
+) -> Tensor:
+    """Per-edge dot products ``out[e] = w_e · <a[dst_e], b[src_e]>`` (sampled dense-dense product).
+
+    Shapes:
+        a: (num_dst, F) or (num_dst, H, C); b: (num_src, F) or (num_src, H, C); edge_weight: (E,);
+        out: (E,) or (E, H).
+    """
+    _check_graph("sddmm", graph)
+    _check_nodes("sddmm", "a", a, graph.num_dst, "num_dst", graph)
+    _check_nodes("sddmm", "b", b, graph.num_src, "num_src", graph)
+    if a.shape[1:] != b.shape[1:]:
+        raise ValueError(f"sddmm: a and b must share their trailing shape; got {tuple(a.shape)} and {tuple(b.shape)}")
+    if edge_weight is not None:
+        _check_edges("sddmm", "edge_weight", edge_weight, graph, None)
+    impl = dispatcher.resolve("sddmm", a.device, backend, deterministic, graph=graph, a=a, b=b)
+    return impl(graph, a, b, edge_weight)
+
+
+def edge_softmax(
+    graph: Graph, scores: Tensor, *, backend: str | None = None, deterministic: bool | None = None
+) -> Tensor:
+    """Softmax of per-edge scores over the in-edges of each target, max-subtracted, per head.
+
+    Shapes:
+        scores: (E,) or (E, H) → same shape; each target's in-edges sum to 1.
+    """
+    _check_graph("edge_softmax", graph)
+    if not isinstance(scores, Tensor) or not scores.is_floating_point():
+        raise TypeError(f"edge_softmax: scores must be a floating-point torch.Tensor; got "
+                        f"{getattr(scores, 'dtype', type(scores).__name__)}")
+    if scores.dim() not in (1, 2) or scores.size(0) != graph.num_edges:
+        raise ValueError(f"edge_softmax: scores must have shape (E={graph.num_edges},) or (E, H); "
+                         f"got {tuple(scores.shape)}")
+    if scores.device != graph.device:
+        raise ValueError(f"edge_softmax: scores is on {scores.device} but the graph is on {graph.device}")
+    impl = dispatcher.resolve("edge_softmax", scores.device, backend, deterministic, graph=graph, scores=scores)
+    return impl(graph, scores)

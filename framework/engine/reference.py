@@ -1,0 +1,62 @@
+"""Plain-PyTorch twins of every engine op: the CPU path and the oracle for every kernel.
+
+All three ops work on a :class:`~graphfuse.graph.Graph` whose edges point from source (row 0) to target
+(row 1). They materialise one message per edge (E × F memory), which is what the kernels avoid.
+
+Shapes:
+    x: (num_src, F) or (num_src, H, C); edge_weight: (E,), or (E, H) for 3-D x.
+    aggregate → (num_dst, F) or (num_dst, H, C); sddmm → (E,) or (E, H); edge_softmax: (E,) or (E, H) → same.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from graphfuse.graph import Graph
+
+
+def _expand_like(index: Tensor, values: Tensor) -> Tensor:
+    return index.view(-1, *([1] * (values.dim() - 1))).expand_as(values)
+
+
+def _weighted_messages(graph: Graph, x: Tensor, edge_weight: Tensor | None) -> Tensor:
+    msg = x.index_select(0, graph.edge_index[0])
+    if edge_weight is not None:
+        msg = msg * edge_weight.view(*edge_weight.shape, *([1] * (x.dim() - edge_weight.dim())))
+    return msg
+
+
+def aggregate(graph: Graph, x: Tensor, edge_weight: Tensor | None = None, reduce: str = "sum") -> Tensor:
+    """``out[i] = reduce_{e = (j → i)} w_e · x[j]``; targets without in-edges get 0 for every reduce."""
+    msg = _weighted_messages(graph, x, edge_weight)
+    dst = graph.edge_index[1]
+    out = x.new_zeros(graph.num_dst, *x.shape[1:])
+    if reduce in ("sum", "mean"):
+        out = out.index_add(0, dst, msg)
+        if reduce == "mean":
+            count = graph.in_degree.clamp(min=1).to(x.dtype)
+            out = out / count.view(-1, *([1] * (x.dim() - 1)))
+        return out
+    if reduce in ("max", "min"):
+        return out.scatter_reduce(0, _expand_like(dst, msg), msg, "amax" if reduce == "max" else "amin",
+                                  include_self=False)
+    raise ValueError(f"aggregate: reduce must be one of 'sum', 'mean', 'max', 'min'; got {reduce!r}")
+
+
+def sddmm(graph: Graph, a: Tensor, b: Tensor, edge_weight: Tensor | None = None) -> Tensor:
+    """Per-edge dot products ``out[e] = <a[dst_e], b[src_e]>`` (per head for 3-D inputs), times ``w_e``."""
+    src, dst = graph.edge_index
+    out = (a.index_select(0, dst) * b.index_select(0, src)).sum(-1)
+    return out if edge_weight is None else out * edge_weight
+
+
+def edge_softmax(graph: Graph, scores: Tensor) -> Tensor:
+    """Softmax of edge scores over each target's in-edges (max-subtracted, per head)."""
+    dst = graph.edge_index[1]
+    row_max = scores.new_zeros(graph.num_dst, *scores.shape[1:]).scatter_reduce(
+        0, _expand_like(dst, scores), scores.detach(), "amax", include_self=False
+    )
+    exp = (scores - row_max.index_select(0, dst)).exp()
+    denom = exp.new_zeros(graph.num_dst, *scores.shape[1:]).index_add(0, dst, exp)
+    return exp / denom.index_select(0, dst)

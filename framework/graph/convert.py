@@ -1,0 +1,54 @@
+"""Reference (pure PyTorch) format conversion: COO → CSR (by target) and CSC (by source).
+
+These are the CPU path and the oracle that the fused GPU graph-processing stage must match exactly:
+the edge order inside a row is the original COO order (a stable sort), so the permutations are unique.
+
+Shapes:
+    edge_index: (2, E), row 0 = source, row 1 = target.
+    rowptr: (num_dst + 1,), col: (E,) source of each CSR edge, perm: (E,) COO edge id of each CSR edge.
+    colptr: (num_src + 1,), row: (E,) target of each CSC edge, perm: (E,) COO edge id of each CSC edge.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def counts_to_ptr(counts: Tensor) -> Tensor:
+    """Exclusive prefix sum with a leading zero: (n,) counts → (n + 1,) int64 offsets."""
+    ptr = torch.zeros(counts.numel() + 1, dtype=torch.int64, device=counts.device)
+    torch.cumsum(counts, dim=0, out=ptr[1:])
+    return ptr
+
+
+def coo_to_compressed(index: Tensor, other: Tensor, size: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Stable counting sort of edges by ``index``.
+
+    Args:
+        index: (E,) the node each edge is grouped by (target for CSR, source for CSC).
+        other: (E,) the node stored per edge (source for CSR, target for CSC).
+        size: number of groups (rows).
+
+    Returns:
+        ``(ptr, other_sorted, perm)`` with ``ptr`` (size + 1,), ``other_sorted`` and ``perm`` (E,), all int64.
+    """
+    perm = torch.sort(index, stable=True).indices
+    counts = torch.bincount(index, minlength=size)
+    return counts_to_ptr(counts), other[perm], perm
+
+
+def coo_to_csr(edge_index: Tensor, num_dst: int) -> tuple[Tensor, Tensor, Tensor]:
+    """COO → CSR with rows = targets. Returns ``(rowptr, col, perm)``."""
+    return coo_to_compressed(edge_index[1], edge_index[0], num_dst)
+
+
+def coo_to_csc(edge_index: Tensor, num_src: int) -> tuple[Tensor, Tensor, Tensor]:
+    """COO → CSC with columns = sources. Returns ``(colptr, row, perm)``."""
+    return coo_to_compressed(edge_index[0], edge_index[1], num_src)
+
+
+def ptr_to_index(ptr: Tensor) -> Tensor:
+    """Expand (n + 1,) offsets into the (E,) group id of every entry (the COO row array of hybrid CSR/COO)."""
+    counts = ptr[1:] - ptr[:-1]
+    return torch.repeat_interleave(torch.arange(counts.numel(), device=ptr.device), counts)

@@ -1,0 +1,234 @@
+"""The graph every layer, sampler and kernel works on.
+
+A :class:`Graph` is a COO edge list plus lazily built, cached derived formats: CSR by target (what
+aggregation into targets reads), CSC by source (what the backward pass reads), the CSR→CSC edge permutation
+and degrees. A graph is immutable once built; everything derived from it (formats, normalised graphs of the
+processing stage) is cached on it, so full-graph training builds each once.
+
+Shapes:
+    edge_index: (2, E) int64, row 0 = source in [0, num_src), row 1 = target in [0, num_dst).
+    edge_weight: (E,) floating point, or None (every edge weighs 1).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import torch
+from torch import Tensor
+
+from graphfuse.graph.convert import coo_to_csc, coo_to_csr, ptr_to_index
+
+
+class CSR(NamedTuple):
+    """Rows are targets. ``perm[i]`` is the COO edge id of the i-th CSR entry; ``row`` the target of each."""
+
+    rowptr: Tensor
+    col: Tensor
+    perm: Tensor
+    row: Tensor
+
+
+class CSC(NamedTuple):
+    """Columns are sources. ``perm[i]`` is the COO edge id of the i-th CSC entry; ``col`` the source of each."""
+
+    colptr: Tensor
+    row: Tensor
+    perm: Tensor
+    col: Tensor
+
+
+def _check_index(edge_index: Any) -> Tensor:
+    if not isinstance(edge_index, Tensor):
+        raise TypeError(f"Graph: edge_index must be a torch.Tensor; got {type(edge_index).__name__}")
+    if edge_index.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"Graph: edge_index must have an integer dtype (int64 or int32); got {edge_index.dtype}")
+    if edge_index.dim() != 2 or edge_index.size(0) != 2:
+        raise ValueError(f"Graph: edge_index must have shape (2, E); got {tuple(edge_index.shape)}")
+    return edge_index.long().contiguous()
+
+
+def _check_range(name: str, index: Tensor, bound: int) -> None:
+    if index.numel() == 0:
+        return
+    lo, hi = int(index.min()), int(index.max())
+    if lo < 0 or hi >= bound:
+        raise ValueError(f"Graph: {name} indices must lie in [0, {bound}); got values in [{lo}, {hi}]")
+
+
+class Graph:
+    """A directed graph (or bipartite block) in COO form with cached CSR/CSC views.
+
+    Args:
+        edge_index: (2, E) integer tensor; row 0 = source, row 1 = target.
+        num_nodes: number of nodes of a square graph. Defaults to ``max(edge_index) + 1``.
+        edge_weight: optional (E,) floating-point weights.
+        num_src, num_dst: sizes of a bipartite block (sources, targets); give both instead of ``num_nodes``.
+        validate: check index ranges (one device sync); disable only for indices known to be valid.
+
+    Example:
+        >>> g = Graph(torch.tensor([[0, 1, 2], [1, 2, 0]]), num_nodes=3)
+        >>> g.csr.rowptr
+        tensor([0, 1, 2, 3])
+    """
+
+    def __init__(
+        self,
+        edge_index: Tensor,
+        num_nodes: int | None = None,
+        edge_weight: Tensor | None = None,
+        *,
+        num_src: int | None = None,
+        num_dst: int | None = None,
+        validate: bool = True,
+    ) -> None:
+        edge_index = _check_index(edge_index)
+        if num_nodes is not None and (num_src is not None or num_dst is not None):
+            raise ValueError("Graph: give either num_nodes or (num_src, num_dst), not both")
+        if (num_src is None) != (num_dst is None):
+            raise ValueError(f"Graph: num_src and num_dst go together; got num_src={num_src}, num_dst={num_dst}")
+        if num_src is None:
+            if num_nodes is None:
+                num_nodes = int(edge_index.max()) + 1 if edge_index.numel() else 0
+            num_src = num_dst = num_nodes
+        for name, value in (("num_src", num_src), ("num_dst", num_dst)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"Graph: {name} must be a non-negative int; got {value!r}")
+        if validate:
+            _check_range("source (edge_index[0])", edge_index[0], num_src)
+            _check_range("target (edge_index[1])", edge_index[1], num_dst)
+        if edge_weight is not None:
+            if not isinstance(edge_weight, Tensor) or not edge_weight.is_floating_point():
+                raise TypeError(
+                    "Graph: edge_weight must be a floating-point torch.Tensor; got "
+                    f"{getattr(edge_weight, 'dtype', type(edge_weight).__name__)}"
+                )
+            if edge_weight.shape != (edge_index.size(1),):
+                raise ValueError(
+                    f"Graph: edge_weight must have shape (E={edge_index.size(1)},); got {tuple(edge_weight.shape)}"
+                )
+            if edge_weight.device != edge_index.device:
+                raise ValueError(
+                    f"Graph: edge_weight is on {edge_weight.device} but edge_index is on {edge_index.device}"
+                )
+        self.edge_index = edge_index
+        self.edge_weight = edge_weight
+        self.num_src = num_src
+        self.num_dst = num_dst
+        self._cache: dict[Any, Any] = {}
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def num_edges(self) -> int:
+        return self.edge_index.size(1)
+
+    @property
+    def is_bipartite(self) -> bool:
+        return self.num_src != self.num_dst
+
+    @property
+    def num_nodes(self) -> int:
+        if self.is_bipartite:
+            raise ValueError(
+                f"Graph: num_nodes is undefined for a bipartite block (num_src={self.num_src}, "
+                f"num_dst={self.num_dst}); use num_src / num_dst"
+            )
+        return self.num_dst
+
+    @property
+    def device(self) -> torch.device:
+        return self.edge_index.device
+
+    # ------------------------------------------------------------------ cache
+    def cached(self, key: Any, build: Callable[[], Any]) -> Any:
+        """Return ``self``'s cached value for ``key``, building it with ``build()`` on first use."""
+        if key not in self._cache:
+            self._cache[key] = build()
+        return self._cache[key]
+
+    @property
+    def csr(self) -> CSR:
+        """CSR with rows = targets (aggregation into targets reads this)."""
+
+        def build() -> CSR:
+            rowptr, col, perm = coo_to_csr(self.edge_index, self.num_dst)
+            return CSR(rowptr, col, perm, ptr_to_index(rowptr))
+
+        return self.cached("csr", build)
+
+    @property
+    def csc(self) -> CSC:
+        """CSC with columns = sources (the transpose; backward passes read this)."""
+
+        def build() -> CSC:
+            colptr, row, perm = coo_to_csc(self.edge_index, self.num_src)
+            return CSC(colptr, row, perm, ptr_to_index(colptr))
+
+        return self.cached("csc", build)
+
+    @property
+    def csr_to_csc(self) -> Tensor:
+        """(E,) permutation: ``values_in_csc_order = values_in_csr_order[csr_to_csc]``."""
+
+        def build() -> Tensor:
+            inverse_csr = torch.empty_like(self.csr.perm)
+            inverse_csr[self.csr.perm] = torch.arange(self.num_edges, device=self.device)
+            return inverse_csr[self.csc.perm]
+
+        return self.cached("csr_to_csc", build)
+
+    @property
+    def in_degree(self) -> Tensor:
+        """(num_dst,) int64 number of edges into each target."""
+        return self.cached("in_degree", lambda: self.csr.rowptr.diff())
+
+    @property
+    def out_degree(self) -> Tensor:
+        """(num_src,) int64 number of edges out of each source."""
+        return self.cached("out_degree", lambda: self.csc.colptr.diff())
+
+    # ------------------------------------------------------------------ conversion
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> "Graph":
+        """The same graph on ``device``; ``self`` when already there. Cached formats move along."""
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        if self.device == device:
+            return self
+        moved = Graph(
+            self.edge_index.to(device, non_blocking=non_blocking),
+            edge_weight=None if self.edge_weight is None else self.edge_weight.to(device, non_blocking=non_blocking),
+            num_src=self.num_src,
+            num_dst=self.num_dst,
+            validate=False,
+        )
+        for key, value in self._cache.items():
+            if isinstance(value, tuple):
+                moved._cache[key] = type(value)(*(v.to(device, non_blocking=non_blocking) for v in value))
+            elif hasattr(value, "to"):
+                moved._cache[key] = value.to(device, non_blocking=non_blocking)
+        return moved
+
+    @classmethod
+    def from_pyg(cls, data: Any) -> "Graph":
+        """Build from a ``torch_geometric.data.Data``: ``edge_index``, ``num_nodes`` and, when present, a 1-D
+        ``edge_weight`` (or 1-D ``edge_attr``)."""
+        weight = getattr(data, "edge_weight", None)
+        if weight is None:
+            attr = getattr(data, "edge_attr", None)
+            weight = attr if isinstance(attr, Tensor) and attr.dim() == 1 else None
+        return cls(data.edge_index, num_nodes=data.num_nodes, edge_weight=weight)
+
+    def to_pyg(self) -> Any:
+        """A ``torch_geometric.data.Data`` holding ``edge_index``, ``num_nodes`` and ``edge_weight``."""
+        from torch_geometric.data import Data
+
+        data = Data(edge_index=self.edge_index, num_nodes=self.num_nodes)
+        if self.edge_weight is not None:
+            data.edge_weight = self.edge_weight
+        return data
+
+    def __repr__(self) -> str:
+        size = f"num_nodes={self.num_dst}" if not self.is_bipartite else f"num_src={self.num_src}, num_dst={self.num_dst}"
+        weighted = ", weighted" if self.edge_weight is not None else ""
+        return f"Graph({size}, num_edges={self.num_edges}{weighted}, device={self.device})"

@@ -1,0 +1,82 @@
+"""Reference (pure PyTorch) graph normalisation: the CPU path and the oracle of the fused GPU stage.
+
+Shapes:
+    A graph with E edges becomes a graph with E' = E - (self-loops) + N edges when self-loops are added.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from graphfuse.graph.graph import Graph
+
+
+def add_remaining_self_loops(graph: Graph, fill_value: float = 1.0) -> Graph:
+    """Replace existing self-loops by exactly one self-loop per node (PyG's ``add_remaining_self_loops``).
+
+    A node that had a self-loop keeps its weight (the last one, for duplicates); others get ``fill_value``.
+    Non-loop edges keep their order; the N loops are appended in node order.
+    """
+    if graph.is_bipartite:
+        raise ValueError(f"add_remaining_self_loops: graph must be square; got {graph}")
+    src, dst = graph.edge_index
+    keep = src != dst
+    n = graph.num_nodes
+    loops = torch.arange(n, device=graph.device)
+    edge_index = torch.cat([graph.edge_index[:, keep], loops.expand(2, n)], dim=1)
+    weight = graph.edge_weight
+    dtype = weight.dtype if weight is not None else torch.get_default_dtype()
+    loop_weight = torch.full((n,), fill_value, dtype=dtype, device=graph.device)
+    if weight is not None:
+        loop_weight[src[~keep]] = weight[~keep]
+        weight = torch.cat([weight[keep], loop_weight])
+    else:
+        weight = torch.cat([torch.ones(int(keep.sum()), dtype=dtype, device=graph.device), loop_weight])
+    return Graph(edge_index, num_nodes=n, edge_weight=weight, validate=False)
+
+
+def gcn_norm(graph: Graph, *, add_self_loops: bool = True, improved: bool = False) -> Graph:
+    """Kipf & Welling's symmetric normalisation D^-1/2 (A + I) D^-1/2, degrees taken over targets.
+
+    Args:
+        graph: square graph, weighted or not.
+        add_self_loops: add one self-loop per node (weight 1, or 2 when ``improved``) first.
+        improved: self-loop weight 2 (``A + 2I``).
+
+    Returns:
+        A new graph whose ``edge_weight`` is ``deg^-1/2[src] · w · deg^-1/2[dst]`` (0 for zero degrees).
+    """
+    if add_self_loops:
+        graph = add_remaining_self_loops(graph, 2.0 if improved else 1.0)
+    src, dst = graph.edge_index
+    weight = graph.edge_weight
+    if weight is None:
+        weight = torch.ones(graph.num_edges, device=graph.device)
+    deg = torch.zeros(graph.num_dst, dtype=weight.dtype, device=graph.device).index_add_(0, dst, weight)
+    deg_inv_sqrt = deg.pow(-0.5).masked_fill_(deg == 0, 0.0)
+    norm = deg_inv_sqrt[src] * weight * deg_inv_sqrt[dst]
+    return Graph(graph.edge_index, edge_weight=norm, num_src=graph.num_src, num_dst=graph.num_dst, validate=False)
+
+
+def mean_norm(graph: Graph) -> Graph:
+    """Right (mean) normalisation D_in^-1 A: each edge weighs ``w / Σ w`` over its target's in-edges.
+
+    Used by GraphSAGE-mean and GraphSAINT aggregation; empty rows stay empty.
+    """
+    dst = graph.edge_index[1]
+    weight = graph.edge_weight
+    if weight is None:
+        weight = torch.ones(graph.num_edges, device=graph.device)
+    deg = torch.zeros(graph.num_dst, dtype=weight.dtype, device=graph.device).index_add_(0, dst, weight)
+    norm = weight / deg[dst]
+    return Graph(graph.edge_index, edge_weight=norm, num_src=graph.num_src, num_dst=graph.num_dst, validate=False)
+
+
+def to_dense(graph: Graph, dtype: torch.dtype = torch.float64) -> Tensor:
+    """(num_dst, num_src) dense adjacency, ``A[dst, src] = Σ weight`` (duplicates summed): a test oracle."""
+    weight = graph.edge_weight
+    if weight is None:
+        weight = torch.ones(graph.num_edges, device=graph.device)
+    dense = torch.zeros(graph.num_dst, graph.num_src, dtype=dtype, device=graph.device)
+    return dense.index_put_((graph.edge_index[1], graph.edge_index[0]), weight.to(dtype), accumulate=True)

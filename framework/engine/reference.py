@@ -48,7 +48,7 @@ def sddmm(graph: Graph, a: Tensor, b: Tensor, edge_weight: Tensor | None = None)
     """Per-edge dot products ``out[e] = <a[dst_e], b[src_e]>`` (per head for 3-D inputs), times ``w_e``."""
     src, dst = graph.edge_index
     out = (a.index_select(0, dst) * b.index_select(0, src)).sum(-1)
-    return out if edge_weight is None else out * edge_weight
+    return out if edge_weight is None else out * edge_weight.view(-1, *([1] * (out.dim() - 1)))
 
 
 def edge_softmax(graph: Graph, scores: Tensor) -> Tensor:

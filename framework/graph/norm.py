@@ -15,7 +15,8 @@ from graphfuse.graph.graph import Graph
 def add_remaining_self_loops(graph: Graph, fill_value: float = 1.0) -> Graph:
     """Replace existing self-loops by exactly one self-loop per node (PyG's ``add_remaining_self_loops``).
 
-    A node that had a self-loop keeps its weight (the last one, for duplicates); others get ``fill_value``.
+    A node that had a self-loop keeps its weight (1 when unweighted; one of them for duplicates); others get
+    ``fill_value``.
     Non-loop edges keep their order; the N loops are appended in node order.
     """
     if graph.is_bipartite:
@@ -26,13 +27,11 @@ def add_remaining_self_loops(graph: Graph, fill_value: float = 1.0) -> Graph:
     loops = torch.arange(n, device=graph.device)
     edge_index = torch.cat([graph.edge_index[:, keep], loops.expand(2, n)], dim=1)
     weight = graph.edge_weight
-    dtype = weight.dtype if weight is not None else torch.get_default_dtype()
-    loop_weight = torch.full((n,), fill_value, dtype=dtype, device=graph.device)
-    if weight is not None:
-        loop_weight[src[~keep]] = weight[~keep]
-        weight = torch.cat([weight[keep], loop_weight])
-    else:
-        weight = torch.cat([torch.ones(int(keep.sum()), dtype=dtype, device=graph.device), loop_weight])
+    if weight is None:
+        weight = torch.ones(graph.num_edges, device=graph.device)
+    loop_weight = torch.full((n,), fill_value, dtype=weight.dtype, device=graph.device)
+    loop_weight[src[~keep]] = weight[~keep]
+    weight = torch.cat([weight[keep], loop_weight])
     return Graph(edge_index, num_nodes=n, edge_weight=weight, validate=False)
 
 

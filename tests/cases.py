@@ -1,0 +1,51 @@
+"""Test helpers shared across the suite: per-dtype tolerances and bug-hunting graph cases."""
+
+from __future__ import annotations
+
+import torch
+
+import graphfuse
+
+# Tolerances for comparing against the float64 reference, by the dtype under test.
+TOLERANCES = {
+    torch.float64: dict(rtol=1e-10, atol=1e-10),
+    torch.float32: dict(rtol=1e-5, atol=1e-5),
+    torch.float16: dict(rtol=1e-2, atol=1e-2),
+    torch.bfloat16: dict(rtol=2e-2, atol=2e-2),
+}
+
+
+def tolerance(dtype: torch.dtype) -> dict:
+    return TOLERANCES[dtype]
+
+
+def make_graph_case(name: str, device="cpu", seed: int = 0) -> graphfuse.Graph:
+    """Graphs that hunt for bugs: empty, isolated nodes, a single node, a hub, duplicates, unsorted, bipartite."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def rand_edges(n_src, n_dst, e):
+        return torch.stack([torch.randint(0, n_src, (e,), generator=gen), torch.randint(0, n_dst, (e,), generator=gen)])
+
+    if name == "no_edges":
+        g = graphfuse.Graph(torch.empty(2, 0, dtype=torch.long), num_nodes=5)
+    elif name == "isolated":  # nodes 6..9 have no edges at all
+        g = graphfuse.Graph(rand_edges(6, 6, 20), num_nodes=10)
+    elif name == "single_node":
+        g = graphfuse.Graph(torch.tensor([[0], [0]]), num_nodes=1)
+    elif name == "hub":  # node 0 receives from everyone, plus a sprinkle of random edges
+        n = 300
+        hub = torch.stack([torch.arange(n), torch.zeros(n, dtype=torch.long)])
+        g = graphfuse.Graph(torch.cat([hub, rand_edges(n, n, 400)], 1), num_nodes=n)
+    elif name == "duplicates":
+        e = rand_edges(8, 8, 10)
+        g = graphfuse.Graph(torch.cat([e, e, e[:, :3]], 1), num_nodes=8)
+    elif name == "unsorted":
+        g = graphfuse.Graph(rand_edges(50, 50, 300), num_nodes=50)
+    elif name == "bipartite":
+        g = graphfuse.Graph(rand_edges(30, 12, 90), num_src=30, num_dst=12)
+    else:
+        raise KeyError(name)
+    return g.to(device)
+
+
+GRAPH_CASES = ["no_edges", "isolated", "single_node", "hub", "duplicates", "unsorted", "bipartite"]

@@ -1,0 +1,131 @@
+"""Graph construction, validation, cached formats, conversion, and the reference normalisation."""
+
+import pytest
+import torch
+from torch_geometric.data import Data
+from torch_geometric.nn.conv.gcn_conv import gcn_norm as pyg_gcn_norm
+
+from cases import GRAPH_CASES, make_graph_case
+from graphfuse import Graph
+from graphfuse.graph import add_remaining_self_loops, coo_to_csr, gcn_norm, mean_norm, to_dense
+
+
+def test_csr_csc_match_dense(device):
+    for name in GRAPH_CASES:
+        g = make_graph_case(name, device)
+        dense = to_dense(g)
+        rowptr, col, perm, row = g.csr
+        rebuilt = torch.zeros_like(dense).index_put_((row, col), torch.ones(g.num_edges, dtype=dense.dtype,
+                                                                             device=device), accumulate=True)
+        assert torch.equal(rebuilt, dense), name
+        assert torch.equal(g.edge_index[:, perm], torch.stack([col, row])), name
+        colptr, crow, cperm, ccol = g.csc
+        assert torch.equal(g.edge_index[:, cperm], torch.stack([ccol, crow])), name
+        assert torch.equal(colptr.diff(), g.out_degree) and torch.equal(rowptr.diff(), g.in_degree)
+        # csr_to_csc maps CSR-ordered values onto CSC order
+        assert torch.equal(perm[g.csr_to_csc], cperm), name
+
+
+def test_csr_is_stable_within_rows():
+    ei = torch.tensor([[3, 1, 2, 0, 1], [1, 0, 1, 0, 1]])
+    rowptr, col, perm = coo_to_csr(ei, 2)
+    assert rowptr.tolist() == [0, 2, 5]
+    assert perm.tolist() == [1, 3, 0, 2, 4]
+    assert col.tolist() == [1, 0, 3, 2, 1]
+
+
+def test_formats_are_cached():
+    g = make_graph_case("unsorted")
+    assert g.csr is g.csr and g.csc is g.csc and g.csr_to_csc is g.csr_to_csc
+    calls = []
+    assert g.cached("k", lambda: calls.append(1) or 5) == 5 and g.cached("k", lambda: calls.append(1) or 6) == 5
+    assert calls == [1]
+
+
+def test_to_same_device_keeps_cache():
+    g = make_graph_case("hub")
+    csr = g.csr
+    assert g.to("cpu") is g and g.csr is csr
+
+
+@pytest.mark.gpu
+def test_to_cuda_moves_cached_formats():
+    g = make_graph_case("hub")
+    _ = g.csr
+    gc = g.to("cuda")
+    assert gc.device.type == "cuda" and gc.csr.rowptr.device.type == "cuda"
+    assert torch.equal(gc.csr.col.cpu(), g.csr.col)
+
+
+def test_num_nodes_inferred_and_bipartite():
+    g = Graph(torch.tensor([[0, 4], [1, 2]]))
+    assert g.num_nodes == 5 and g.num_edges == 2 and not g.is_bipartite
+    b = Graph(torch.tensor([[0, 4], [1, 0]]), num_src=5, num_dst=2)
+    assert b.is_bipartite and b.csr.rowptr.tolist() == [0, 1, 2] and b.csc.colptr.numel() == 6
+    with pytest.raises(ValueError, match="bipartite"):
+        _ = b.num_nodes
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, pattern",
+    [
+        (dict(edge_index=torch.tensor([[0, 1], [1, 0]], dtype=torch.float32)), TypeError, "integer dtype"),
+        (dict(edge_index=torch.tensor([0, 1, 2])), ValueError, r"shape \(2, E\); got \(3,\)"),
+        (dict(edge_index=torch.zeros(3, 2, dtype=torch.long)), ValueError, r"shape \(2, E\)"),
+        (dict(edge_index=torch.tensor([[0, 5], [1, 0]]), num_nodes=3), ValueError, r"source .* \[0, 3\); got .*\[0, 5\]"),
+        (dict(edge_index=torch.tensor([[0, 1], [-1, 0]]), num_nodes=3), ValueError, r"target .*got values in \[-1, 0\]"),
+        (dict(edge_index=torch.tensor([[0, 1], [1, 0]]), edge_weight=torch.ones(3)), ValueError, r"edge_weight .*\(E=2,\)"),
+        (dict(edge_index=torch.tensor([[0, 1], [1, 0]]), edge_weight=torch.ones(2, dtype=torch.long)), TypeError,
+         "edge_weight must be a floating-point"),
+        (dict(edge_index=[[0, 1], [1, 0]]), TypeError, "edge_index must be a torch.Tensor"),
+        (dict(edge_index=torch.tensor([[0], [0]]), num_nodes=-1), ValueError, "num_src must be a non-negative int"),
+        (dict(edge_index=torch.tensor([[0], [0]]), num_src=2), ValueError, "go together"),
+    ],
+)
+def test_validation_errors(kwargs, error, pattern):
+    with pytest.raises(error, match=pattern):
+        Graph(**kwargs)
+
+
+def test_pyg_round_trip():
+    data = Data(edge_index=torch.tensor([[0, 1, 2], [1, 2, 0]]), num_nodes=4, edge_weight=torch.rand(3))
+    g = Graph.from_pyg(data)
+    assert g.num_nodes == 4 and torch.equal(g.edge_weight, data.edge_weight)
+    back = g.to_pyg()
+    assert back.num_nodes == 4 and torch.equal(back.edge_index, data.edge_index)
+
+
+@pytest.mark.parametrize("weighted, improved", [(False, False), (True, False), (True, True)])
+def test_gcn_norm_matches_pyg(weighted, improved):
+    gen = torch.Generator().manual_seed(1)
+    ei = torch.randint(0, 40, (2, 200), generator=gen)
+    ei[:, :5] = torch.arange(5).expand(2, 5)  # some existing self-loops
+    w = torch.rand(200, generator=gen, dtype=torch.float64) if weighted else None
+    g = gcn_norm(Graph(ei, num_nodes=45, edge_weight=w), improved=improved)
+    ref_ei, ref_w = pyg_gcn_norm(ei, w, num_nodes=45, improved=improved, add_self_loops=True,
+                                 dtype=torch.float64 if weighted else torch.float32)
+    assert torch.allclose(to_dense(g), to_dense(Graph(ref_ei, num_nodes=45, edge_weight=ref_w)))
+
+
+def test_gcn_norm_improved_unweighted_is_a_plus_2i():
+    # PyG 2.8 drops improved=True on unweighted graphs (its loops get weight 1); the formula wants A + 2I.
+    ei = torch.tensor([[0, 1, 1, 1], [0, 0, 1, 2]])
+    dense = to_dense(gcn_norm(Graph(ei, num_nodes=3), improved=True))
+    a_hat = to_dense(Graph(ei, num_nodes=3)) + torch.diag(torch.tensor([0.0, 0.0, 2.0], dtype=torch.float64))
+    d = a_hat.sum(1).pow(-0.5)
+    torch.testing.assert_close(dense, d[:, None] * a_hat * d[None, :])
+
+
+def test_self_loops_replaced_once_per_node():
+    g = Graph(torch.tensor([[0, 0, 1, 2], [0, 0, 2, 1]]), num_nodes=3, edge_weight=torch.tensor([3.0, 5.0, 1.0, 1.0]))
+    looped = add_remaining_self_loops(g)
+    dense = to_dense(looped)
+    assert dense.diagonal().tolist() == [5.0, 1.0, 1.0] and looped.num_edges == 5
+
+
+def test_mean_norm_rows_sum_to_one():
+    g = mean_norm(make_graph_case("isolated"))
+    row_sums = to_dense(g).sum(1)
+    has_edges = g.in_degree > 0
+    assert torch.allclose(row_sums[has_edges], torch.ones_like(row_sums[has_edges]))
+    assert (row_sums[~has_edges] == 0).all()

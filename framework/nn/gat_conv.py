@@ -1,0 +1,104 @@
+"""Graph attention of Veličković et al., "Graph Attention Networks" (ICLR 2018)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from graphfuse.engine import aggregate, edge_softmax
+from graphfuse.graph import Graph, add_remaining_self_loops
+from graphfuse.nn.inits import glorot_
+from graphfuse.nn.inputs import GraphLike, as_graph, check_features
+
+
+class GATConv(nn.Module):
+    """``x'_i = ‖_h Σ_{j ∈ N(i) ∪ {i}} α^h_ij W^h x_j + b``, with
+    ``α^h_ij = softmax_j(LeakyReLU(a_src^h · W^h x_j + a_dst^h · W^h x_i))`` — Veličković et al., ICLR 2018.
+
+    The two attention terms are per-node products ``(x W) · a`` (an N × 2H computation); only their per-edge
+    sum is an (E, H) tensor. :func:`graphfuse.edge_softmax` normalises it over each target's in-edges and
+    :func:`graphfuse.aggregate` takes the per-head weighted sum of the (N, H, C) features, so no (E, H, C)
+    message tensor is built here. Self-loops (one per node, existing ones replaced) are cached on the
+    :class:`~graphfuse.Graph` under ``("add_remaining_self_loops", 1.0)``. Edge weights of the graph are
+    ignored, as in PyG. Matches ``torch_geometric.nn.GATConv`` (same parameter names and initialisation).
+
+    Args:
+        in_channels: input width F.
+        out_channels: width C of each head.
+        heads: number of attention heads H.
+        concat: concatenate the heads (output H·C) or average them (output C).
+        negative_slope: slope of the LeakyReLU on attention scores.
+        dropout: dropout on the normalised attention coefficients during training.
+        add_self_loops: let every node attend to itself.
+        bias: add a learnable bias.
+        backend: engine backend for the softmax and aggregation (None: the default).
+
+    Shapes:
+        x: (N, in_channels); graph: Graph of N nodes or edge_index (2, E);
+        out: (N, H·C) when ``concat`` else (N, C).
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        heads: int = 1,
+        *,
+        concat: bool = True,
+        negative_slope: float = 0.2,
+        dropout: float = 0.0,
+        add_self_loops: bool = True,
+        bias: bool = True,
+        backend: str | None = None,
+    ) -> None:
+        super().__init__()
+        if heads < 1:
+            raise ValueError(f"GATConv: heads must be >= 1; got {heads}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"GATConv: dropout must lie in [0, 1); got {dropout}")
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.heads = heads
+        self.concat = concat
+        self.negative_slope = negative_slope
+        self.dropout = dropout
+        self.add_self_loops = add_self_loops
+        self.backend = backend
+        self.lin = nn.Linear(in_channels, heads * out_channels, bias=False)
+        self.att_src = nn.Parameter(torch.empty(1, heads, out_channels))
+        self.att_dst = nn.Parameter(torch.empty(1, heads, out_channels))
+        out_width = heads * out_channels if concat else out_channels
+        self.bias = nn.Parameter(torch.empty(out_width)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        glorot_(self.lin.weight)
+        glorot_(self.att_src)
+        glorot_(self.att_dst)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    def with_self_loops(self, graph: Graph) -> Graph:
+        """``graph`` with exactly one self-loop per node, cached on ``graph``."""
+        if not self.add_self_loops:
+            return graph
+        return graph.cached(("add_remaining_self_loops", 1.0), lambda: add_remaining_self_loops(graph, 1.0))
+
+    def forward(self, x: Tensor, graph: GraphLike) -> Tensor:
+        check_features("GATConv", x, self.in_channels)
+        graph = self.with_self_loops(as_graph("GATConv", x, graph, square=True))
+        h = self.lin(x).view(-1, self.heads, self.out_channels)
+        alpha_src = (h * self.att_src).sum(-1)
+        alpha_dst = (h * self.att_dst).sum(-1)
+        src, dst = graph.edge_index
+        scores = F.leaky_relu(alpha_src[src] + alpha_dst[dst], self.negative_slope)
+        alpha = edge_softmax(graph, scores, backend=self.backend)
+        alpha = F.dropout(alpha, p=self.dropout, training=self.training)
+        out = aggregate(graph, h, edge_weight=alpha, reduce="sum", backend=self.backend)
+        out = out.reshape(-1, self.heads * self.out_channels) if self.concat else out.mean(dim=1)
+        return out if self.bias is None else out + self.bias
+
+    def extra_repr(self) -> str:
+        return (f"{self.in_channels}, {self.out_channels}, heads={self.heads}, concat={self.concat}, "
+                f"dropout={self.dropout}, backend={self.backend!r}")

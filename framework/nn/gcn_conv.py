@@ -1,0 +1,76 @@
+"""Graph convolution of Kipf & Welling, "Semi-Supervised Classification with Graph Convolutional Networks"
+(ICLR 2017)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from graphfuse.engine import aggregate
+from graphfuse.graph import Graph, gcn_norm
+from graphfuse.nn.inits import glorot_
+from graphfuse.nn.inputs import GraphLike, as_graph, check_features
+
+
+class GCNConv(nn.Module):
+    """``X' = D^-1/2 (A + I) D^-1/2 X W + b`` — Kipf & Welling, ICLR 2017.
+
+    ``D`` holds the (weighted) in-degrees of ``A + I``. The linear map runs first (it usually shrinks the
+    width), then :func:`graphfuse.aggregate` sums the normalised neighbours. The normalised graph comes from
+    :func:`graphfuse.gcn_norm` and is cached on the :class:`~graphfuse.Graph` under
+    ``("gcn_norm", add_self_loops, improved)``, so full-graph training builds it once; an edge_index input is
+    wrapped in a fresh Graph (and normalised) on every call. Matches ``torch_geometric.nn.GCNConv``.
+
+    Args:
+        in_channels: input width F.
+        out_channels: output width.
+        add_self_loops: use ``A + I`` (existing self-loops are replaced by one per node).
+        improved: use ``A + 2I``.
+        bias: add a learnable bias.
+        backend: engine backend for the aggregation (None: the default, see :func:`graphfuse.use_backend`).
+
+    Shapes:
+        x: (N, in_channels); graph: Graph of N nodes (weighted or not) or edge_index (2, E);
+        out: (N, out_channels).
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        *,
+        add_self_loops: bool = True,
+        improved: bool = False,
+        bias: bool = True,
+        backend: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.add_self_loops = add_self_loops
+        self.improved = improved
+        self.backend = backend
+        self.lin = nn.Linear(in_channels, out_channels, bias=False)
+        self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        glorot_(self.lin.weight)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    def normalized(self, graph: Graph) -> Graph:
+        """``graph`` with GCN edge weights ``deg^-1/2[src] · w · deg^-1/2[dst]``, cached on ``graph``."""
+        return graph.cached(
+            ("gcn_norm", self.add_self_loops, self.improved),
+            lambda: gcn_norm(graph, add_self_loops=self.add_self_loops, improved=self.improved),
+        )
+
+    def forward(self, x: Tensor, graph: GraphLike) -> Tensor:
+        check_features("GCNConv", x, self.in_channels)
+        graph = self.normalized(as_graph("GCNConv", x, graph, square=True))
+        out = aggregate(graph, self.lin(x), reduce="sum", backend=self.backend)
+        return out if self.bias is None else out + self.bias
+
+    def extra_repr(self) -> str:
+        return f"{self.in_channels}, {self.out_channels}, improved={self.improved}, backend={self.backend!r}"

@@ -1,0 +1,62 @@
+"""Input checks shared by the layers: node features and the graph argument (a Graph or an edge_index).
+
+Shapes:
+    x: (N, F); edge_index: (2, E) int64 with node ids in [0, N).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor
+
+from graphfuse.graph import Graph
+
+GraphLike = Graph | Tensor
+
+
+def check_features(owner: str, x: Any, in_channels: int) -> None:
+    """Raise unless ``x`` is a floating-point (N, in_channels) tensor."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{owner}: x must be a torch.Tensor; got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"{owner}: x must be floating point; got {x.dtype}")
+    if x.dim() != 2 or x.size(1) != in_channels:
+        raise ValueError(f"{owner}: x must have shape (N, in_channels={in_channels}); got {tuple(x.shape)}")
+
+
+def as_graph(owner: str, x: Tensor, graph: Any, *, square: bool = False) -> Graph:
+    """The :class:`Graph` a layer runs on, checked against the node features ``x``.
+
+    Args:
+        owner: the layer or model name that leads every error message.
+        x: (N, F) node features; ``N`` must equal the graph's number of source nodes.
+        graph: a :class:`Graph` (returned as is, so its caches persist across calls) or an edge_index tensor,
+            wrapped in ``Graph(edge_index, num_nodes=N)``.
+        square: refuse bipartite blocks (layers that add self-loops or use symmetric degrees).
+
+    Raises:
+        TypeError: ``graph`` is neither a Graph nor a tensor.
+        ValueError: ``x`` has the wrong number of rows, ``edge_index`` is malformed or indexes past ``N``,
+            or a bipartite block where ``square`` is required.
+    """
+    if isinstance(graph, Tensor):
+        try:
+            graph = Graph(graph, num_nodes=x.size(0))
+        except ValueError as err:
+            message = f"{owner}: edge_index does not fit x of shape {tuple(x.shape)}: {err}"
+            raise ValueError(message) from err
+    elif not isinstance(graph, Graph):
+        raise TypeError(
+            f"{owner}: graph must be a graphfuse.Graph or an edge_index tensor of shape (2, E); "
+            f"got {type(graph).__name__}"
+        )
+    if x.size(0) != graph.num_src:
+        raise ValueError(
+            f"{owner}: x must have one row per source node (num_src={graph.num_src}); got {tuple(x.shape)}"
+        )
+    if square and graph.is_bipartite:
+        raise ValueError(f"{owner}: graph must be square (num_src == num_dst); got {graph}")
+    if x.device != graph.device:
+        raise ValueError(f"{owner}: x is on {x.device} but the graph is on {graph.device}")
+    return graph

@@ -1,0 +1,170 @@
+"""Node-classification models: stacks of one conv type with dropout, normalisation and activations.
+
+Every model is ``dropout → conv → [norm → activation]`` repeated ``num_layers`` times, the bracket on
+hidden layers only, as in Kipf & Welling (GCN) and Veličković et al. (GAT). :class:`GNN` does the stacking;
+each model only says which convs to stack.
+
+Shapes:
+    x: (N, in_channels); graph: Graph of N nodes or edge_index (2, E); out: (N, out_channels) logits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from graphfuse.nn.gat_conv import GATConv
+from graphfuse.nn.gcn_conv import GCNConv
+from graphfuse.nn.inputs import GraphLike, as_graph, check_features
+from graphfuse.nn.sage_conv import SAGEConv
+
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "relu": F.relu,
+    "elu": F.elu,
+    "gelu": F.gelu,
+    "leaky_relu": F.leaky_relu,
+}
+NORMS: dict[str, Callable[[int], nn.Module]] = {"batch": nn.BatchNorm1d, "layer": nn.LayerNorm}
+
+
+def layer_widths(owner: str, in_channels: int, hidden_width: int, num_layers: int) -> list[int]:
+    """Input width of each of ``num_layers`` convs: ``in_channels`` then ``hidden_width`` for the rest."""
+    if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
+        raise ValueError(f"{owner}: num_layers must be an int >= 1; got {num_layers!r}")
+    return [in_channels] + [hidden_width] * (num_layers - 1)
+
+
+class GNN(nn.Module):
+    """The shared layer stack: ``dropout → conv → [norm → activation]`` per layer, bracket on hidden layers.
+
+    Args:
+        convs: the convolutions, first to last; each is called as ``conv(x, graph)``.
+        hidden_width: output width of every hidden conv (the width the norms see).
+        dropout: feature dropout before every conv.
+        activation: one of :data:`ACTIVATIONS`.
+        norm: None, or one of :data:`NORMS` (after every hidden conv).
+
+    Shapes:
+        x: (N, F); graph: Graph or edge_index (2, E); out: (N, output width of the last conv).
+    """
+
+    def __init__(
+        self,
+        convs: Sequence[nn.Module],
+        hidden_width: int,
+        *,
+        dropout: float = 0.5,
+        activation: str = "relu",
+        norm: str | None = None,
+    ) -> None:
+        super().__init__()
+        name = type(self).__name__
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"{name}: activation must be one of {list(ACTIVATIONS)}; got {activation!r}")
+        if norm is not None and norm not in NORMS:
+            raise ValueError(f"{name}: norm must be None or one of {list(NORMS)}; got {norm!r}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"{name}: dropout must lie in [0, 1); got {dropout}")
+        self.convs = nn.ModuleList(convs)
+        self.norms = None if norm is None else nn.ModuleList(NORMS[norm](hidden_width) for _ in convs[:-1])
+        self.dropout = dropout
+        self.activation = activation
+        self.act = ACTIVATIONS[activation]
+
+    @property
+    def in_channels(self) -> int:
+        return self.convs[0].in_channels
+
+    def reset_parameters(self) -> None:
+        for module in [*self.convs, *(self.norms or [])]:
+            module.reset_parameters()
+
+    def forward(self, x: Tensor, graph: GraphLike) -> Tensor:
+        name = type(self).__name__
+        check_features(name, x, self.in_channels)
+        graph = as_graph(name, x, graph)
+        last = len(self.convs) - 1
+        for i, conv in enumerate(self.convs):
+            x = F.dropout(x, p=self.dropout, training=self.training)
+            x = conv(x, graph)
+            if i < last:
+                if self.norms is not None:
+                    x = self.norms[i](x)
+                x = self.act(x)
+        return x
+
+
+class GCN(GNN):
+    """Kipf & Welling's GCN (ICLR 2017): :class:`GCNConv` layers; ``conv_kwargs`` go to every conv."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        hidden_channels: int,
+        out_channels: int,
+        num_layers: int = 2,
+        dropout: float = 0.5,
+        activation: str = "relu",
+        norm: str | None = None,
+        **conv_kwargs,
+    ) -> None:
+        widths = layer_widths(type(self).__name__, in_channels, hidden_channels, num_layers)
+        outs = [hidden_channels] * (num_layers - 1) + [out_channels]
+        convs = [GCNConv(i, o, **conv_kwargs) for i, o in zip(widths, outs)]
+        super().__init__(convs, hidden_channels, dropout=dropout, activation=activation, norm=norm)
+
+
+class GAT(GNN):
+    """Veličković et al.'s GAT (ICLR 2018): hidden :class:`GATConv` layers concatenate ``heads`` heads of
+    ``hidden_channels``; the last averages ``out_heads`` heads of ``out_channels``. ``attn_dropout`` is the
+    attention-coefficient dropout; ``conv_kwargs`` go to every conv."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        hidden_channels: int,
+        out_channels: int,
+        num_layers: int = 2,
+        dropout: float = 0.5,
+        activation: str = "relu",
+        norm: str | None = None,
+        *,
+        heads: int = 8,
+        out_heads: int = 1,
+        attn_dropout: float = 0.6,
+        **conv_kwargs,
+    ) -> None:
+        widths = layer_widths(type(self).__name__, in_channels, hidden_channels * heads, num_layers)
+        convs = [GATConv(i, hidden_channels, heads, dropout=attn_dropout, **conv_kwargs) for i in widths[:-1]]
+        convs.append(
+            GATConv(widths[-1], out_channels, out_heads, concat=False, dropout=attn_dropout, **conv_kwargs)
+        )
+        super().__init__(convs, hidden_channels * heads, dropout=dropout, activation=activation, norm=norm)
+
+
+class GraphSAGE(GNN):
+    """Hamilton et al.'s GraphSAGE (NeurIPS 2017): :class:`SAGEConv` layers with aggregator ``aggr``;
+    ``conv_kwargs`` go to every conv."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        hidden_channels: int,
+        out_channels: int,
+        num_layers: int = 2,
+        dropout: float = 0.5,
+        activation: str = "relu",
+        norm: str | None = None,
+        *,
+        aggr: str = "mean",
+        **conv_kwargs,
+    ) -> None:
+        widths = layer_widths(type(self).__name__, in_channels, hidden_channels, num_layers)
+        outs = [hidden_channels] * (num_layers - 1) + [out_channels]
+        convs = [SAGEConv(i, o, aggr=aggr, **conv_kwargs) for i, o in zip(widths, outs)]
+        super().__init__(convs, hidden_channels, dropout=dropout, activation=activation, norm=norm)
+
+
+MODELS: dict[str, type[GNN]] = {"gcn": GCN, "gat": GAT, "sage": GraphSAGE}

@@ -1,0 +1,238 @@
+"""graphfuse.nn convs against torch_geometric's layers: same weights → same outputs and gradients."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch_geometric.nn as pyg_nn
+
+import graphfuse
+import graphfuse.nn.gcn_conv as gcn_conv_module
+from cases import TOLERANCES, make_graph_case
+from graphfuse.nn import GATConv, GCNConv, SAGEConv
+
+TOL = TOLERANCES[torch.float32]
+IN, OUT = 6, 5
+
+
+def _graph(name: str) -> graphfuse.Graph:
+    """make_graph_case graphs plus two of our own: existing (duplicate) self-loops, and a weighted graph."""
+    gen = torch.Generator().manual_seed(1)
+    if name == "self_loops":
+        e = torch.randint(0, 9, (2, 30), generator=gen)
+        loops = torch.tensor([[0, 0, 3, 5], [0, 0, 3, 5]])
+        return graphfuse.Graph(torch.cat([e, loops], 1), num_nodes=12)
+    if name == "weighted":
+        e = torch.randint(0, 10, (2, 40), generator=gen)
+        return graphfuse.Graph(e, num_nodes=11, edge_weight=torch.rand(40, generator=gen) + 0.1)
+    return make_graph_case(name)
+
+
+CASES = ["isolated", "duplicates", "unsorted", "no_edges", "single_node", "self_loops", "weighted"]
+
+CONVS = {
+    "gcn": (lambda: GCNConv(IN, OUT), lambda: pyg_nn.GCNConv(IN, OUT)),
+    "gcn_improved_noloops": (
+        lambda: GCNConv(IN, OUT, improved=True, add_self_loops=False, bias=False),
+        lambda: pyg_nn.GCNConv(IN, OUT, improved=True, add_self_loops=False, bias=False),
+    ),
+    "gcn_improved": (lambda: GCNConv(IN, OUT, improved=True), lambda: pyg_nn.GCNConv(IN, OUT, improved=True)),
+    "gat_h1": (lambda: GATConv(IN, OUT, heads=1), lambda: pyg_nn.GATConv(IN, OUT, heads=1)),
+    "gat_h4_concat": (lambda: GATConv(IN, OUT, heads=4), lambda: pyg_nn.GATConv(IN, OUT, heads=4)),
+    "gat_h4_mean": (
+        lambda: GATConv(IN, OUT, heads=4, concat=False, negative_slope=0.1),
+        lambda: pyg_nn.GATConv(IN, OUT, heads=4, concat=False, negative_slope=0.1),
+    ),
+    "gat_h1_mean_noloops": (
+        lambda: GATConv(IN, OUT, heads=1, concat=False, add_self_loops=False, bias=False),
+        lambda: pyg_nn.GATConv(IN, OUT, heads=1, concat=False, add_self_loops=False, bias=False),
+    ),
+    "sage_mean": (lambda: SAGEConv(IN, OUT, aggr="mean"), lambda: pyg_nn.SAGEConv(IN, OUT, aggr="mean")),
+    "sage_max": (lambda: SAGEConv(IN, OUT, aggr="max"), lambda: pyg_nn.SAGEConv(IN, OUT, aggr="max")),
+    "sage_pool": (
+        lambda: SAGEConv(IN, OUT, aggr="pool", normalize=True),
+        lambda: pyg_nn.SAGEConv(IN, OUT, aggr="max", project=True, normalize=True),
+    ),
+    "sage_noroot": (
+        lambda: SAGEConv(IN, OUT, root_weight=False, bias=False),
+        lambda: pyg_nn.SAGEConv(IN, OUT, root_weight=False, bias=False),
+    ),
+}
+
+
+def _pair(conv: str):
+    torch.manual_seed(0)
+    make_ours, make_theirs = CONVS[conv]
+    ours, theirs = make_ours(), make_theirs()
+    ours.load_state_dict(theirs.state_dict())
+    return ours.eval(), theirs.eval()
+
+
+def _pyg_args(conv: str, graph: graphfuse.Graph) -> tuple:
+    """PyG's forward arguments. GCN is the only one of the three PyG layers that reads edge weights.
+
+    PyG 2.8's ``GCNConv(improved=True)`` ignores ``improved`` when called without edge weights (its
+    ``add_remaining_self_loops`` then returns no weights and ``gcn_norm`` falls back to ones), so improved GCN
+    gets explicit unit weights: that is the ``A + 2I`` of the definition, which ours computes either way.
+    """
+    if conv.startswith("gcn_improved") and graph.edge_weight is None:
+        return graph.edge_index, torch.ones(graph.num_edges)
+    if conv.startswith("gcn") and graph.edge_weight is not None:
+        return graph.edge_index, graph.edge_weight
+    return (graph.edge_index,)
+
+
+def _compare(ours, theirs, x, ours_graph, pyg_args) -> None:
+    x_ours = x.clone().requires_grad_()
+    x_theirs = x.clone().requires_grad_()
+    out_ours = ours(x_ours, ours_graph)
+    out_theirs = theirs(x_theirs, *pyg_args)
+    torch.testing.assert_close(out_ours, out_theirs, **TOL)
+    grad_out = torch.randn_like(out_theirs)
+    names = [name for name, _ in theirs.named_parameters()]
+    ours_params = dict(ours.named_parameters())
+    grads_ours = torch.autograd.grad(out_ours, [x_ours, *(ours_params[n] for n in names)], grad_out)
+    grads_theirs = torch.autograd.grad(out_theirs, [x_theirs, *theirs.parameters()], grad_out)
+    for name, g_ours, g_theirs in zip(["x", *names], grads_ours, grads_theirs):
+        torch.testing.assert_close(g_ours, g_theirs, **TOL, msg=lambda m, name=name: f"grad of {name}: {m}")
+
+
+# An edge_index input carries no weights, so the weighted case runs with a Graph input only.
+INPUTS = [(c, kind) for c in CASES for kind in ("graph", "edge_index")]
+INPUTS.remove(("weighted", "edge_index"))
+
+
+@pytest.mark.parametrize(("case", "graph_input"), INPUTS)
+@pytest.mark.parametrize("conv", sorted(CONVS))
+def test_conv_matches_pyg(conv, case, graph_input):
+    graph = _graph(case)
+    ours, theirs = _pair(conv)
+    x = torch.randn(graph.num_nodes, IN, generator=torch.Generator().manual_seed(2))
+    _compare(ours, theirs, x, graph if graph_input == "graph" else graph.edge_index, _pyg_args(conv, graph))
+
+
+@pytest.mark.parametrize("conv", ["sage_mean", "sage_max", "sage_pool"])
+def test_sage_on_bipartite_block_matches_pyg(conv):
+    graph = make_graph_case("bipartite")
+    ours, theirs = _pair(conv)
+    x = torch.randn(graph.num_src, IN, generator=torch.Generator().manual_seed(3))
+    x_dst = x[: graph.num_dst]
+    out_ours = ours(x, graph)
+    out_theirs = theirs((x, x_dst), graph.edge_index, size=(graph.num_src, graph.num_dst))
+    assert out_ours.shape == (graph.num_dst, OUT)
+    torch.testing.assert_close(out_ours, out_theirs, **TOL)
+
+
+@pytest.mark.parametrize("heads", [1, 4])
+def test_gat_attention_dropout_matches_pyg_in_training(heads):
+    torch.manual_seed(0)
+    theirs = pyg_nn.GATConv(IN, OUT, heads=heads, dropout=0.5)
+    ours = GATConv(IN, OUT, heads=heads, dropout=0.5)
+    ours.load_state_dict(theirs.state_dict())
+    graph = _graph("self_loops")
+    x = torch.randn(graph.num_nodes, IN)
+    torch.manual_seed(7)
+    out_theirs = theirs(x, graph.edge_index)
+    torch.manual_seed(7)
+    out_ours = ours(x, graph)
+    torch.testing.assert_close(out_ours, out_theirs, **TOL)
+    torch.manual_seed(7)
+    assert not torch.allclose(ours.eval()(x, graph), out_ours), "dropout had no effect in training mode"
+
+
+@pytest.mark.parametrize("gat_heads", [1, 3])
+def test_gat_output_shapes(gat_heads):
+    graph = make_graph_case("unsorted")
+    x = torch.randn(graph.num_nodes, IN)
+    assert GATConv(IN, OUT, gat_heads)(x, graph).shape == (graph.num_nodes, gat_heads * OUT)
+    assert GATConv(IN, OUT, gat_heads, concat=False)(x, graph).shape == (graph.num_nodes, OUT)
+
+
+def test_gcn_norm_is_built_once_per_graph(monkeypatch):
+    calls = []
+    real = gcn_conv_module.gcn_norm
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gcn_conv_module, "gcn_norm", counting)
+    graph = make_graph_case("duplicates")
+    conv = GCNConv(IN, OUT)
+    x = torch.randn(graph.num_nodes, IN)
+    first = conv(x, graph)
+    key = ("gcn_norm", True, False)
+    cached = graph.cached(key, lambda: pytest.fail("gcn_norm was not cached under its key"))
+    second = conv(x, graph)
+    assert graph.cached(key, lambda: None) is cached
+    assert len(calls) == 1
+    torch.testing.assert_close(first, second)
+    conv(x, graph.edge_index)
+    assert len(calls) == 2, "an edge_index input is normalised per call"
+
+
+def test_gat_self_loops_are_cached_per_graph():
+    graph = make_graph_case("duplicates")
+    conv = GATConv(IN, OUT, heads=2)
+    x = torch.randn(graph.num_nodes, IN)
+    conv(x, graph)
+    key = ("add_remaining_self_loops", 1.0)
+    looped = graph.cached(key, lambda: pytest.fail("self-loops were not cached"))
+    conv(x, graph)
+    assert graph.cached(key, lambda: None) is looped
+    assert looped.num_edges == int((graph.edge_index[0] != graph.edge_index[1]).sum()) + graph.num_nodes
+
+
+@pytest.mark.parametrize("conv", ["gcn", "gat_h4_concat", "sage_pool"])
+def test_explicit_backend_is_used(conv):
+    graph = make_graph_case("isolated")
+    x = torch.randn(graph.num_nodes, IN)
+    ours, _ = _pair(conv)
+    expected = ours(x, graph)
+    ours.backend = "reference"
+    torch.testing.assert_close(ours(x, graph), expected)
+    ours.backend = "no-such-backend"
+    with pytest.raises(ValueError, match="no-such-backend"):
+        ours(x, graph)
+
+
+@pytest.mark.parametrize("conv", ["gcn", "gat_h4_concat", "sage_mean"])
+def test_bad_inputs_raise_naming_the_argument(conv):
+    ours, _ = _pair(conv)
+    graph = make_graph_case("isolated")
+    n = graph.num_nodes
+    with pytest.raises(ValueError, match=r"x must have one row per source node \(num_src=10\)"):
+        ours(torch.randn(n - 1, IN), graph)
+    with pytest.raises(ValueError, match=r"edge_index does not fit x"):
+        ours(torch.randn(3, IN), graph.edge_index)
+    with pytest.raises(ValueError, match=r"x must have shape \(N, in_channels=6\)"):
+        ours(torch.randn(n, IN + 1), graph)
+    with pytest.raises(TypeError, match="x must be floating point"):
+        ours(torch.ones(n, IN, dtype=torch.long), graph)
+    with pytest.raises(TypeError, match="graph must be a graphfuse.Graph or an edge_index"):
+        ours(torch.randn(n, IN), graph.edge_index.tolist())
+
+
+@pytest.mark.parametrize("conv", ["gcn", "gat_h1"])
+def test_self_loop_convs_refuse_bipartite_blocks(conv):
+    ours, _ = _pair(conv)
+    graph = make_graph_case("bipartite")
+    with pytest.raises(ValueError, match="graph must be square"):
+        ours(torch.randn(graph.num_src, IN), graph)
+
+
+def test_bad_constructor_arguments():
+    with pytest.raises(ValueError, match="aggr"):
+        SAGEConv(IN, OUT, aggr="lstm")
+    with pytest.raises(ValueError, match="heads"):
+        GATConv(IN, OUT, heads=0)
+    with pytest.raises(ValueError, match="dropout"):
+        GATConv(IN, OUT, dropout=1.0)
+
+
+def test_glorot_init_bounds_like_pyg():
+    conv = GATConv(40, 10, heads=3)
+    assert conv.att_src.abs().max() <= (6 / (3 + 10)) ** 0.5
+    assert conv.lin.weight.abs().max() <= (6 / (40 + 30)) ** 0.5
+    assert conv.att_src.abs().max() > 0.5 * (6 / (3 + 10)) ** 0.5
+    assert torch.count_nonzero(conv.bias) == 0

@@ -1,0 +1,172 @@
+"""graphfuse.nn models: shapes, stacking against PyG convs, training on a planted problem, bad inputs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+import torch_geometric.nn as pyg_nn
+
+import graphfuse
+from cases import TOLERANCES, make_graph_case
+from graphfuse.nn import GAT, GCN, MODELS, GATConv, GCNConv, GraphSAGE, SAGEConv
+
+TOL = TOLERANCES[torch.float32]
+IN, HIDDEN, OUT = 7, 8, 3
+
+
+def _model(name: str, **kwargs):
+    if name == "gat":
+        kwargs = {"heads": 2, "out_heads": 3, **kwargs}
+    return MODELS[name](IN, HIDDEN, OUT, **kwargs)
+
+
+def test_registry():
+    assert MODELS == {"gcn": GCN, "gat": GAT, "sage": GraphSAGE}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("num_layers", [1, 3])
+@pytest.mark.parametrize("norm", [None, "batch", "layer"])
+def test_output_shape_and_layers(name, num_layers, norm):
+    graph = make_graph_case("isolated")
+    model = _model(name, num_layers=num_layers, norm=norm, activation="elu")
+    out = model(torch.randn(graph.num_nodes, IN), graph)
+    assert out.shape == (graph.num_nodes, OUT)
+    assert torch.isfinite(out).all()
+    assert len(model.convs) == num_layers
+    assert (model.norms is None) == (norm is None)
+    if norm is not None:
+        assert len(model.norms) == num_layers - 1
+
+
+def test_gat_head_layout():
+    model = GAT(IN, HIDDEN, OUT, num_layers=3, heads=4, out_heads=2, attn_dropout=0.3)
+    hidden = [(c.in_channels, c.heads, c.concat, c.dropout) for c in model.convs]
+    assert hidden == [(IN, 4, True, 0.3), (HIDDEN * 4, 4, True, 0.3), (HIDDEN * 4, 2, False, 0.3)]
+    assert model.convs[-1].out_channels == OUT
+
+
+def _pyg_stack(model):
+    """The same network from PyG convs with the model's weights: conv → relu → ... → conv."""
+    convs = []
+    for conv in model.convs:
+        if isinstance(conv, GCNConv):
+            theirs = pyg_nn.GCNConv(conv.in_channels, conv.out_channels)
+        elif isinstance(conv, GATConv):
+            theirs = pyg_nn.GATConv(conv.in_channels, conv.out_channels, conv.heads, concat=conv.concat)
+        else:
+            assert isinstance(conv, SAGEConv)
+            aggr = "mean" if conv.aggr == "mean" else "max"
+            project = conv.aggr == "pool"
+            theirs = pyg_nn.SAGEConv(conv.in_channels, conv.out_channels, aggr=aggr, project=project)
+        theirs.load_state_dict(conv.state_dict())
+        convs.append(theirs.eval())
+
+    def forward(x, edge_index):
+        for i, conv in enumerate(convs):
+            x = conv(x, edge_index)
+            if i < len(convs) - 1:
+                x = F.relu(x)
+        return x
+
+    return forward
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs"), [("gcn", {}), ("gat", {}), ("sage", {}), ("sage", {"aggr": "pool"})]
+)
+@pytest.mark.parametrize("graph_input", ["graph", "edge_index"])
+def test_model_matches_stacked_pyg_convs(name, kwargs, graph_input):
+    torch.manual_seed(0)
+    graph = make_graph_case("duplicates")
+    model = _model(name, num_layers=3, **kwargs).eval()
+    x = torch.randn(graph.num_nodes, IN)
+    out = model(x, graph if graph_input == "graph" else graph.edge_index)
+    torch.testing.assert_close(out, _pyg_stack(model)(x, graph.edge_index), **TOL)
+
+
+def _planted(seed: int = 0):
+    """Two planted communities: dense inside, sparse across; features a weak noisy copy of the label."""
+    gen = torch.Generator().manual_seed(seed)
+    n = 40
+    y = torch.arange(n) % 2
+    src, dst = torch.randint(0, n, (2, 400), generator=gen)
+    same = y[src] == y[dst]
+    keep = same | (torch.rand(400, generator=gen) < 0.1)
+    edge_index = torch.stack([src[keep], dst[keep]])
+    x = F.one_hot(y, IN).float() + torch.randn(n, IN, generator=gen)
+    return x, y, graphfuse.Graph(edge_index, num_nodes=n)
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs"),
+    [
+        ("gcn", {}), ("gat", {}), ("sage", {}), ("sage", {"aggr": "max"}),
+        ("gcn", {"norm": "batch", "activation": "gelu"}),
+        ("gat", {"norm": "layer", "activation": "leaky_relu"}),
+    ],
+)
+def test_trains_on_planted_problem(name, kwargs):
+    torch.manual_seed(0)
+    x, y, graph = _planted()
+    extra = {"heads": 2, "attn_dropout": 0.2} if name == "gat" else {}
+    model = MODELS[name](IN, HIDDEN, 2, dropout=0.2, **extra, **kwargs)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
+
+    def eval_loss():
+        model.eval()
+        with torch.no_grad():
+            return F.cross_entropy(model(x, graph), y).item()
+
+    before = eval_loss()
+    losses = []
+    for _ in range(30):
+        model.train()
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x, graph), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    after = eval_loss()
+    assert after < 0.3 * before, (before, after)
+    assert sum(losses[-5:]) < sum(losses[:5])
+    model.eval()
+    assert (model(x, graph).argmax(1) == y).float().mean() > 0.9
+
+
+def test_dropout_only_in_training():
+    graph = make_graph_case("unsorted")
+    x = torch.randn(graph.num_nodes, IN)
+    model = GCN(IN, HIDDEN, OUT, dropout=0.5)
+    torch.testing.assert_close(model.eval()(x, graph), model(x, graph))
+    assert not torch.allclose(model.train()(x, graph), model.eval()(x, graph))
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_backend_is_passed_to_every_conv(name):
+    graph = make_graph_case("isolated")
+    x = torch.randn(graph.num_nodes, IN)
+    model = _model(name, num_layers=3, backend="reference")
+    assert [conv.backend for conv in model.convs] == ["reference"] * 3
+    model(x, graph)
+    with pytest.raises(ValueError, match="no-such-backend"):
+        _model(name, backend="no-such-backend")(x, graph)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_bad_inputs_raise_naming_the_argument(name):
+    graph = make_graph_case("isolated")
+    model = _model(name)
+    with pytest.raises(ValueError, match=r"x must have one row per source node"):
+        model(torch.randn(graph.num_nodes + 2, IN), graph)
+    with pytest.raises(ValueError, match=r"x must have shape \(N, in_channels=7\)"):
+        model(torch.randn(graph.num_nodes, IN - 1), graph)
+    with pytest.raises(ValueError, match="activation"):
+        _model(name, activation="tanhh")
+    with pytest.raises(ValueError, match="norm"):
+        _model(name, norm="group")
+    with pytest.raises(ValueError, match="num_layers"):
+        _model(name, num_layers=0)
+    with pytest.raises(ValueError, match="dropout"):
+        _model(name, dropout=1.5)

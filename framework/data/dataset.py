@@ -1,0 +1,99 @@
+"""The node-classification dataset every loader returns.
+
+Shapes:
+    x: (N, F) float32 node features.
+    y: (N,) int64 class labels in [0, num_classes); -1 marks an unlabelled node (in no split).
+    edge_index: (2, E) int64 COO, row 0 = source, row 1 = target; undirected graphs store both directions.
+    train_mask, val_mask, test_mask: (N,) bool, pairwise disjoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class NodeDataset:
+    """One graph with node features, labels and a train/val/test split.
+
+    Args:
+        name: registry name the dataset was loaded by ("cora", "facebook", "ogbn-arxiv", ...).
+        x: (N, F) float32 features.
+        y: (N,) int64 labels.
+        edge_index: (2, E) int64 edges.
+        train_mask, val_mask, test_mask: (N,) bool split masks.
+        num_classes: number of classes.
+        ogb_name: the OGB dataset name for ogbn-* datasets (the trainer then scores with ogb's Evaluator),
+            else None.
+
+    Shapes:
+        x: (N, F); y: (N,); edge_index: (2, E); masks: (N,).
+    """
+
+    name: str
+    x: Tensor
+    y: Tensor
+    edge_index: Tensor
+    train_mask: Tensor
+    val_mask: Tensor
+    test_mask: Tensor
+    num_classes: int
+    ogb_name: str | None = None
+
+    def __post_init__(self) -> None:
+        n = self.x.size(0) if self.x.dim() == 2 else -1
+        if self.x.dim() != 2 or self.x.dtype != torch.float32:
+            raise ValueError(f"NodeDataset: x must be a (N, F) float32 tensor; got {tuple(self.x.shape)} "
+                             f"{self.x.dtype}")
+        if self.y.shape != (n,) or self.y.dtype != torch.int64:
+            raise ValueError(f"NodeDataset: y must be a ({n},) int64 tensor; got {tuple(self.y.shape)} "
+                             f"{self.y.dtype}")
+        if self.edge_index.dim() != 2 or self.edge_index.size(0) != 2 or self.edge_index.dtype != torch.int64:
+            raise ValueError(f"NodeDataset: edge_index must be a (2, E) int64 tensor; got "
+                             f"{tuple(self.edge_index.shape)} {self.edge_index.dtype}")
+        for key in ("train_mask", "val_mask", "test_mask"):
+            mask = getattr(self, key)
+            if mask.shape != (n,) or mask.dtype != torch.bool:
+                raise ValueError(f"NodeDataset: {key} must be a ({n},) bool tensor; got {tuple(mask.shape)} "
+                                 f"{mask.dtype}")
+
+    @property
+    def num_nodes(self) -> int:
+        """N."""
+        return self.x.size(0)
+
+    @property
+    def num_features(self) -> int:
+        """F."""
+        return self.x.size(1)
+
+    @property
+    def num_edges(self) -> int:
+        """E (directed; an undirected edge counts twice)."""
+        return self.edge_index.size(1)
+
+    def to(self, device: torch.device | str) -> NodeDataset:
+        """A copy with every tensor moved to ``device``."""
+        moved: dict[str, Any] = {
+            f.name: (v.to(device) if isinstance(v := getattr(self, f.name), Tensor) else v)
+            for f in dataclasses.fields(self)
+        }
+        return NodeDataset(**moved)
+
+    def to_pyg(self) -> Any:
+        """A ``torch_geometric.data.Data`` with x, y, edge_index and the three masks (tensors shared)."""
+        from torch_geometric.data import Data
+
+        return Data(x=self.x, y=self.y, edge_index=self.edge_index, train_mask=self.train_mask,
+                    val_mask=self.val_mask, test_mask=self.test_mask, num_nodes=self.num_nodes)
+
+    def __repr__(self) -> str:
+        return (f"NodeDataset(name={self.name!r}, num_nodes={self.num_nodes}, num_edges={self.num_edges}, "
+                f"num_features={self.num_features}, num_classes={self.num_classes}, "
+                f"split=({int(self.train_mask.sum())}, {int(self.val_mask.sum())}, "
+                f"{int(self.test_mask.sum())}))")

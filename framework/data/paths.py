@@ -1,0 +1,63 @@
+"""Where datasets live: the cache root, the read-only offline mirror, and the error for missing files.
+
+``default_root()`` is ``$GRAPHFUSE_DATA_ROOT`` or ``~/.cache/graphfuse/datasets``; loaders write raw copies
+and processed files only below it. ``$GRAPHFUSE_DATA_MIRROR`` names an optional read-only folder of raw files
+(layout of /work/shared/datasets: ``planetoid/Cora/raw/ind.cora.*``, ``musae/facebook/facebook_*``); loaders
+copy from it or read it, never write into it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+ROOT_ENV = "GRAPHFUSE_DATA_ROOT"
+MIRROR_ENV = "GRAPHFUSE_DATA_MIRROR"
+
+
+class DatasetNotFoundError(FileNotFoundError):
+    """A dataset's files are neither on disk nor downloadable (e.g. offline without a mirror).
+
+    Attributes:
+        path: the file or folder the loader expected.
+    """
+
+    def __init__(self, message: str, path: str | os.PathLike) -> None:
+        super().__init__(message)
+        self.path = Path(path)
+
+
+def default_root() -> Path:
+    """The dataset cache root: ``$GRAPHFUSE_DATA_ROOT`` or ``~/.cache/graphfuse/datasets``."""
+    env = os.environ.get(ROOT_ENV)
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "graphfuse" / "datasets"
+
+
+def mirror_dir(relative: str) -> Path | None:
+    """``$GRAPHFUSE_DATA_MIRROR/relative`` when the variable is set and that folder exists, else None."""
+    env = os.environ.get(MIRROR_ENV)
+    if not env:
+        return None
+    path = Path(env).expanduser() / relative
+    return path if path.is_dir() else None
+
+
+def copy_from_mirror(relative: str, dest: Path, file_names: list[str]) -> bool:
+    """Copy ``file_names`` from the mirror folder ``relative`` into ``dest`` (only those missing there).
+
+    Copies contents only (``shutil.copyfile``), so the copies are writable even though the mirror is not.
+
+    Returns:
+        True when every file of ``file_names`` is in ``dest`` afterwards.
+    """
+    if all((dest / f).is_file() for f in file_names):
+        return True
+    source = mirror_dir(relative)
+    if source is None or not all((source / f).is_file() for f in file_names):
+        return False
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in file_names:
+        if not (dest / f).is_file():
+            shutil.copyfile(source / f, dest / f)
+    return True

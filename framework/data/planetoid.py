@@ -1,0 +1,63 @@
+"""Cora (Planetoid) with its public split: 140 train / 500 val / 1,000 test nodes.
+
+Read by ``torch_geometric.datasets.Planetoid(root / "planetoid", "Cora")``. When ``$GRAPHFUSE_DATA_MIRROR``
+holds ``planetoid/Cora/raw/ind.cora.*``, those raw files are first copied into
+``root/planetoid/Cora/raw`` so that Planetoid finds them and does not download; otherwise Planetoid downloads
+them, and a failed download raises :class:`DatasetNotFoundError`.
+
+Shapes:
+    x: (2708, 1433) binary bag-of-words; y: (2708,) in [0, 7); edge_index: (2, 10556), both directions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from graphfuse.data.dataset import NodeDataset
+from graphfuse.data.paths import MIRROR_ENV, DatasetNotFoundError, copy_from_mirror
+from graphfuse.data.registry import register_dataset
+
+RAW_FILES = [f"ind.cora.{s}" for s in ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")]
+
+
+def _planetoid_class() -> type:
+    from torch_geometric.datasets import Planetoid
+
+    class _Planetoid(Planetoid):
+        """Planetoid whose failed download raises DatasetNotFoundError naming the raw folder."""
+
+        def download(self) -> None:
+            try:
+                super().download()
+            except Exception as exc:
+                raise DatasetNotFoundError(
+                    f"cora: raw files not found in {self.raw_dir} and the download failed ({exc}); put "
+                    f"{', '.join(RAW_FILES)} there, or set ${MIRROR_ENV} to a folder holding "
+                    f"planetoid/Cora/raw/", self.raw_dir) from exc
+
+    return _Planetoid
+
+
+@register_dataset("cora")
+def load_cora(name: str, root: Path, *, download: bool = True) -> NodeDataset:
+    """Load Cora with the Planetoid public split.
+
+    Args:
+        name: "cora".
+        root: dataset root; files go to ``root/planetoid/Cora``.
+        download: allow Planetoid to download missing raw files.
+
+    Shapes:
+        See the module docstring.
+    """
+    raw_dir = root / "planetoid" / "Cora" / "raw"
+    have_raw = copy_from_mirror("planetoid/Cora/raw", raw_dir, RAW_FILES)
+    if not have_raw and not download:
+        raise DatasetNotFoundError(
+            f"cora: raw files not found in {raw_dir} (download=False); put {', '.join(RAW_FILES)} there, "
+            f"or set ${MIRROR_ENV} to a folder holding planetoid/Cora/raw/", raw_dir)
+    data = _planetoid_class()(str(root / "planetoid"), "Cora")[0]
+    return NodeDataset(
+        name=name, x=data.x.float(), y=data.y.long(), edge_index=data.edge_index.long(),
+        train_mask=data.train_mask, val_mask=data.val_mask, test_mask=data.test_mask, num_classes=7,
+    )

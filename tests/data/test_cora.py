@@ -1,0 +1,56 @@
+"""Cora through Planetoid, fed from the offline mirror; the offline error path."""
+
+from __future__ import annotations
+
+import urllib.error
+
+import pytest
+import torch
+from torch_geometric.datasets import Planetoid
+
+from graphfuse.data import DatasetNotFoundError, load_dataset
+from graphfuse.data.planetoid import RAW_FILES
+
+
+def _no_download(self):
+    raise AssertionError("Planetoid tried to download although the mirror holds the raw files")
+
+
+def test_cora_from_mirror(mirror, tmp_path, monkeypatch):
+    monkeypatch.setattr(Planetoid, "download", _no_download)
+    ds = load_dataset("cora", tmp_path)
+    assert (ds.name, ds.num_nodes, ds.num_edges, ds.num_features, ds.num_classes) == ("cora", 2708, 10556, 1433, 7)
+    assert ds.x.dtype == torch.float32 and ds.y.dtype == torch.int64 and ds.edge_index.dtype == torch.int64
+    assert int(ds.y.min()) == 0 and int(ds.y.max()) == 6
+    assert [int(m.sum()) for m in (ds.train_mask, ds.val_mask, ds.test_mask)] == [140, 500, 1000]
+    assert torch.equal(ds.train_mask.nonzero().view(-1), torch.arange(140))
+    assert not (ds.train_mask & ds.val_mask).any() and not (ds.val_mask & ds.test_mask).any()
+    assert torch.bincount(ds.y[ds.train_mask]).tolist() == [20] * 7
+    assert ds.ogb_name is None
+    for f in RAW_FILES:
+        assert (tmp_path / "planetoid" / "Cora" / "raw" / f).read_bytes() == \
+            (mirror / "planetoid" / "Cora" / "raw" / f).read_bytes()
+    again = load_dataset("cora", tmp_path, normalize_features=True)
+    assert torch.equal(again.edge_index, ds.edge_index)
+    torch.testing.assert_close(again.x.sum(1), torch.ones(2708))
+    torch.testing.assert_close(again.x, ds.x / ds.x.sum(1, keepdim=True))
+
+
+def test_cora_offline_without_mirror(no_mirror, tmp_path, monkeypatch):
+    def fail(self):
+        raise urllib.error.URLError("network is unreachable")
+
+    monkeypatch.setattr(Planetoid, "download", fail)
+    raw = tmp_path / "planetoid" / "Cora" / "raw"
+    with pytest.raises(DatasetNotFoundError) as info:
+        load_dataset("cora", tmp_path)
+    assert info.value.path == raw
+    assert str(raw) in str(info.value) and "GRAPHFUSE_DATA_MIRROR" in str(info.value)
+    assert "network is unreachable" in str(info.value)
+
+
+def test_cora_download_disabled(no_mirror, tmp_path, monkeypatch):
+    monkeypatch.setattr(Planetoid, "download", _no_download)
+    with pytest.raises(DatasetNotFoundError, match="download=False") as info:
+        load_dataset("cora", tmp_path, download=False)
+    assert info.value.path == tmp_path / "planetoid" / "Cora" / "raw"

@@ -1,0 +1,100 @@
+"""ogbn-* through ogb: the offline error paths, the non-interactive handling, a tiny local dataset."""
+
+from __future__ import annotations
+
+import builtins
+import gzip
+
+import numpy as np
+import pytest
+import torch
+
+from graphfuse.data import DatasetNotFoundError, load_dataset, ogbn
+
+
+def _stdin_forbidden(prompt=""):
+    raise AssertionError(f"ogb asked on stdin: {prompt!r}")
+
+
+def _write(path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt") as f:
+        f.writelines(",".join(map(str, np.atleast_1d(r))) + "\n" for r in rows)
+
+
+def _fake_arxiv(root, *, release=True, n=30, e=60, f=5):
+    """A tiny ogbn-arxiv in ogb's raw layout (random content), so ogb processes it without downloading."""
+    rng = np.random.default_rng(0)
+    folder = root / "ogb" / "ogbn_arxiv"
+    _write(folder / "raw" / "edge.csv.gz", rng.integers(0, n, (e, 2)))
+    _write(folder / "raw" / "node-feat.csv.gz", rng.standard_normal((n, f)).round(3))
+    _write(folder / "raw" / "node-label.csv.gz", rng.integers(0, 40, (n, 1)))
+    _write(folder / "raw" / "node_year.csv.gz", rng.integers(2000, 2020, (n, 1)))
+    _write(folder / "raw" / "num-node-list.csv.gz", [[n]])
+    _write(folder / "raw" / "num-edge-list.csv.gz", [[e]])
+    perm = rng.permutation(n)
+    for name, part in (("train", perm[:18]), ("valid", perm[18:24]), ("test", perm[24:])):
+        _write(folder / "split" / "time" / f"{name}.csv.gz", part[:, None])
+    if release:
+        (folder / "RELEASE_v1.txt").write_text("")
+    return perm
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    calls = []
+
+    def fail(url, folder, download_name, dest):
+        calls.append(url)
+        raise OSError("network is unreachable")
+
+    monkeypatch.setattr(ogbn, "_download_archive", fail)
+    monkeypatch.setattr(builtins, "input", _stdin_forbidden)
+    return calls
+
+
+def test_missing_dataset_offline(offline, tmp_path):
+    folder = tmp_path / "ogb" / "ogbn_arxiv"
+    with pytest.raises(DatasetNotFoundError) as info:
+        load_dataset("ogbn-arxiv", tmp_path)
+    assert info.value.path == folder
+    assert str(folder) in str(info.value) and "network is unreachable" in str(info.value)
+    assert offline == ["http://snap.stanford.edu/ogb/data/nodeproppred/arxiv.zip"]
+    assert not folder.exists()
+    with pytest.raises(DatasetNotFoundError):
+        load_dataset("ogbn-arxiv", tmp_path)
+
+
+def test_download_disabled(offline, tmp_path):
+    with pytest.raises(DatasetNotFoundError, match="download=False") as info:
+        load_dataset("ogbn-products", tmp_path, download=False)
+    assert info.value.path == tmp_path / "ogb" / "ogbn_products"
+    assert offline == []
+
+
+@pytest.mark.parametrize("name, reason", [("ogbn-mag", "heterogeneous"), ("ogbn-proteins", "112-task"),
+                                          ("ogbn-nothing", "unknown OGB dataset")])
+def test_unsupported_or_unknown(offline, tmp_path, name, reason):
+    with pytest.raises(ValueError, match=reason):
+        load_dataset(name, tmp_path)
+    assert offline == [] and not (tmp_path / "ogb").exists()
+
+
+@pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
+@pytest.mark.parametrize("release", [True, False])
+def test_local_dataset(offline, tmp_path, caplog, release):
+    perm = _fake_arxiv(tmp_path, release=release)
+    for _ in range(2):
+        ds = load_dataset("ogbn-arxiv", tmp_path)
+        assert (ds.ogb_name, ds.num_nodes, ds.num_edges, ds.num_features, ds.num_classes) == \
+            ("ogbn-arxiv", 30, 60, 5, 40)
+        assert ds.y.shape == (30,) and ds.y.dtype == torch.int64 and ds.x.dtype == torch.float32
+        assert torch.equal(ds.train_mask.nonzero().view(-1), torch.from_numpy(np.sort(perm[:18])))
+        assert torch.equal(ds.test_mask.nonzero().view(-1), torch.from_numpy(np.sort(perm[24:])))
+        assert int(ds.val_mask.sum()) == 6
+    assert offline == []
+    assert ("keeping the local copy" in caplog.text) != release
+    undirected = load_dataset("OGBN-ARXIV", tmp_path, to_undirected=True)
+    keys = set(map(tuple, undirected.edge_index.t().tolist()))
+    assert keys == {(v, u) for u, v in keys}
+    assert keys >= set(map(tuple, ds.edge_index.t().tolist()))

@@ -1,0 +1,105 @@
+"""The synthetic RMAT dataset: determinism, sizes, structure, homophily and feature signal."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from graphfuse.data import load_dataset
+
+SMALL = {"num_nodes": 3000, "avg_degree": 8, "num_features": 32, "num_classes": 6}
+
+
+def _load(**options):
+    return load_dataset("synthetic", **{**SMALL, **options})
+
+
+def _edge_homophily(ds):
+    src, dst = ds.edge_index
+    return (ds.y[src] == ds.y[dst]).double().mean().item()
+
+
+@pytest.fixture(scope="module")
+def syn():
+    return _load(seed=3)
+
+
+def test_deterministic_by_seed(syn):
+    again = _load(seed=3)
+    for key in ("x", "y", "edge_index", "train_mask", "val_mask", "test_mask"):
+        assert torch.equal(getattr(again, key), getattr(syn, key)), key
+    other = _load(seed=4)
+    assert not torch.equal(other.y, syn.y)
+    assert other.num_edges != syn.num_edges or not torch.equal(other.edge_index, syn.edge_index)
+
+
+def test_sizes_and_ranges(syn):
+    assert (syn.name, syn.num_nodes, syn.num_features, syn.num_classes) == ("synthetic", 3000, 32, 6)
+    assert syn.num_edges == 3000 * 8
+    assert syn.x.dtype == torch.float32 and syn.y.dtype == torch.int64 and syn.edge_index.dtype == torch.int64
+    assert int(syn.edge_index.min()) >= 0 and int(syn.edge_index.max()) < 3000
+    assert torch.bincount(syn.y).tolist() == [500] * 6
+    assert syn.ogb_name is None
+
+
+def test_symmetric_simple_graph(syn):
+    src, dst = syn.edge_index
+    assert not (src == dst).any()
+    keys = src * syn.num_nodes + dst
+    assert torch.equal(keys, torch.unique(keys))
+    assert torch.equal(torch.sort(dst * syn.num_nodes + src).values, keys)
+
+
+def test_degree_skew(syn):
+    degree = torch.bincount(syn.edge_index[0], minlength=syn.num_nodes).float()
+    assert degree.max() > 8 * degree.mean()
+
+
+def test_split(syn):
+    masks = torch.stack([syn.train_mask, syn.val_mask, syn.test_mask])
+    assert torch.equal(masks.sum(0), torch.ones(syn.num_nodes, dtype=torch.long))
+    assert masks.sum(1).tolist() == [1800, 600, 600]
+
+
+def test_features_carry_the_class(syn):
+    train, test = syn.train_mask, syn.test_mask
+    centroids = torch.stack([syn.x[train & (syn.y == c)].mean(0) for c in range(syn.num_classes)])
+    accuracy = (torch.cdist(syn.x[test], centroids).argmin(1) == syn.y[test]).float().mean().item()
+    assert accuracy > 3 / syn.num_classes
+    separable = _load(seed=3, feature_noise=0.0)
+    assert torch.equal(separable.x[separable.y == 0], separable.x[separable.y == 0][:1].expand(500, -1))
+
+
+@pytest.mark.parametrize("homophily", [0.0, 0.1, 0.5, 0.8, 1.0])
+def test_homophily_is_met(homophily):
+    ds = _load(homophily=homophily, seed=1)
+    assert ds.num_edges == 3000 * 8
+    assert _edge_homophily(ds) == pytest.approx(homophily, abs=1e-3)
+
+
+def test_dense_graph_fills_edges():
+    ds = load_dataset("synthetic", num_nodes=8, avg_degree=7, num_classes=2, homophily=1.0)
+    assert ds.num_edges == 8 * 7
+    assert 0 < _edge_homophily(ds) < 1
+
+
+def test_defaults():
+    ds = load_dataset("synthetic")
+    assert (ds.num_nodes, ds.num_edges, ds.num_features, ds.num_classes) == (10_000, 100_000, 64, 8)
+    assert _edge_homophily(ds) == pytest.approx(0.8, abs=1e-3)
+
+
+def test_on_device(device):
+    ds = _load(seed=5, device=device)
+    assert all(t.device.type == device.type for t in (ds.x, ds.y, ds.edge_index, ds.train_mask))
+    assert torch.equal(_load(seed=5, device=device).edge_index, ds.edge_index)
+
+
+@pytest.mark.parametrize("options, argument", [
+    ({"num_nodes": 0}, "num_nodes"), ({"num_classes": 0}, "num_classes"), ({"num_features": 0}, "num_features"),
+    ({"avg_degree": 5000}, "avg_degree"), ({"homophily": 1.5}, "homophily"),
+    ({"rmat": (0.5, 0.2, 0.2, 0.2)}, "rmat"), ({"feature_noise": -1.0}, "feature_noise"),
+])
+def test_invalid_options(options, argument):
+    with pytest.raises(ValueError, match=f"synthetic: {argument} must be"):
+        _load(**options)

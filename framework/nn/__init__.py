@@ -2,9 +2,11 @@
 
 from graphfuse.nn.gat_conv import GATConv
 from graphfuse.nn.gcn_conv import GCNConv
-from graphfuse.nn.models import ACTIVATIONS, GAT, GCN, GNN, MODELS, NORMS, GraphSAGE
+from graphfuse.nn.models import ACTIVATIONS, GAT, GCN, GNN, MODELS, NORMS, GraphSAGE, GraphSAINT
 from graphfuse.nn.sage_conv import SAGEConv
+from graphfuse.nn.saint_conv import GraphSAINTConv
 
 __all__ = [
-    "ACTIVATIONS", "GAT", "GCN", "GNN", "MODELS", "NORMS", "GATConv", "GCNConv", "GraphSAGE", "SAGEConv",
+    "ACTIVATIONS", "GAT", "GCN", "GNN", "MODELS", "NORMS", "GATConv", "GCNConv", "GraphSAGE", "GraphSAINT",
+    "GraphSAINTConv", "SAGEConv",
 ]

@@ -2,7 +2,8 @@
 
 Every model is ``dropout → conv → [norm → activation]`` repeated ``num_layers`` times, the bracket on
 hidden layers only, as in Kipf & Welling (GCN) and Veličković et al. (GAT). :class:`GNN` does the stacking;
-each model only says which convs to stack.
+each model only says which convs to stack. :class:`GraphSAINT` ends in a linear classifier instead, so all of
+its convs are hidden layers.
 
 Shapes:
     x: (N, in_channels); graph: Graph of N nodes or edge_index (2, E); out: (N, out_channels) logits.
@@ -12,13 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graphfuse.nn.gat_conv import GATConv
 from graphfuse.nn.gcn_conv import GCNConv
+from graphfuse.nn.inits import glorot_
 from graphfuse.nn.inputs import GraphLike, as_graph, check_features
 from graphfuse.nn.sage_conv import SAGEConv
+from graphfuse.nn.saint_conv import GraphSAINTConv
 
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "relu": F.relu,
@@ -167,4 +171,76 @@ class GraphSAGE(GNN):
         super().__init__(convs, hidden_channels, dropout=dropout, activation=activation, norm=norm)
 
 
-MODELS: dict[str, type[GNN]] = {"gcn": GCN, "gat": GAT, "sage": GraphSAGE}
+class GraphSAINT(GNN):
+    """Zeng et al.'s GraphSAINT model (ICLR 2020), as in the paper's reference code.
+
+    ``num_layers`` :class:`GraphSAINTConv` layers (each ``2 · hidden_channels`` wide), every one of them a
+    hidden layer: ``dropout → conv → [norm →] activation``. Then the output layer: L2-normalise each row
+    (``normalize``), dropout, and a linear classifier. With ``jk=True`` the classifier reads the concatenation
+    of every layer's output (jumping knowledge, Xu et al., ICML 2018) instead of the last one. The graph's
+    edge weights are the aggregation weights (see :class:`GraphSAINTConv`); ``conv_kwargs`` go to every conv.
+    ``norm`` works as in the other models (before the activation, over the whole concatenation), where the
+    reference code normalises each half of each node after the activation.
+
+    Shapes:
+        x: (N, in_channels); graph: Graph of N nodes or edge_index (2, E); out: (N, out_channels) logits.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        hidden_channels: int,
+        out_channels: int,
+        num_layers: int = 2,
+        dropout: float = 0.5,
+        activation: str = "relu",
+        norm: str | None = None,
+        *,
+        aggr: str = "mean",
+        jk: bool = False,
+        normalize: bool = True,
+        **conv_kwargs,
+    ) -> None:
+        name = type(self).__name__
+        for arg, value in (("hidden_channels", hidden_channels), ("out_channels", out_channels)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: {arg} must be an int >= 1; got {value!r}")
+        for arg, value in (("jk", jk), ("normalize", normalize)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{name}: {arg} must be a bool; got {value!r}")
+        width = 2 * hidden_channels
+        widths = layer_widths(name, in_channels, width, num_layers)
+        convs = [GraphSAINTConv(i, hidden_channels, aggr=aggr, **conv_kwargs) for i in widths]
+        super().__init__(convs, width, dropout=dropout, activation=activation, norm=norm)
+        if norm is not None:  # the classifier is the output layer, so every conv (the last too) gets a norm
+            self.norms = nn.ModuleList(NORMS[norm](width) for _ in convs)
+        self.jk = jk
+        self.normalize = normalize
+        self.classifier = nn.Linear(width * num_layers if jk else width, out_channels)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        super().reset_parameters()
+        glorot_(self.classifier.weight)
+        nn.init.zeros_(self.classifier.bias)
+
+    def forward(self, x: Tensor, graph: GraphLike) -> Tensor:
+        name = type(self).__name__
+        check_features(name, x, self.in_channels)
+        graph = as_graph(name, x, graph)
+        outs = []
+        for i, conv in enumerate(self.convs):
+            x = F.dropout(x, p=self.dropout, training=self.training)
+            x = conv(x, graph)
+            if self.norms is not None:
+                x = self.norms[i](x)
+            x = self.act(x)
+            outs.append(x)
+        x = torch.cat(outs, dim=-1) if self.jk else x
+        if self.normalize:
+            x = F.normalize(x, p=2.0, dim=-1)
+        x = F.dropout(x, p=self.dropout, training=self.training)
+        return self.classifier(x)
+
+
+MODELS: dict[str, type[GNN]] = {"gcn": GCN, "gat": GAT, "sage": GraphSAGE, "saint": GraphSAINT}

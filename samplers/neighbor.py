@@ -1,0 +1,279 @@
+"""Neighbour sampling with the semantics of PyG's ``NeighborLoader`` (Hamilton et al., NeurIPS 2017),
+vectorised on the graph's device.
+
+The neighbours of ``i`` are the sources ``j`` of its in-edges ``j → i`` (CSR by target). Hop ``l`` expands the
+nodes added in hop ``l − 1`` (hop 1: the seeds) and takes ``num_neighbors[l]`` of each one's neighbours:
+all of them for −1; without replacement ``min(k, deg)`` distinct ones (Floyd's algorithm, one vectorised
+step per pick, then in CSR order); with replacement ``k`` uniform draws (none when deg = 0). A sampled
+neighbour already in the subgraph keeps its local id and is not expanded again; new ones get the next ids in
+the order they were sampled. The seeds are the first ``batch_size`` local nodes.
+
+Sampled edges come as local ``edge_index`` with row 0 = the neighbour and row 1 = the node that sampled it
+(the message direction), hop by hop, each hop's edges grouped by sampling node in frontier order.
+``subgraph_type``: ``"directional"`` keeps exactly the sampled edges; ``"bidirectional"`` adds the reverse of
+each and coalesces (sorted by target, then source; duplicates merged; a reverse-only edge carries the
+``e_id`` of the edge it mirrors, as in PyG); ``"induced"`` keeps every edge of the graph between sampled
+nodes, target by target in local order (in-edges in CSR order). ``disjoint=True`` grows one tree per seed:
+the same node reached from two seeds appears twice, and ``batch`` gives each node's seed.
+
+Shapes:
+    seeds: (B,) int64 → n_id: (n,), edge_index: (2, e), e_id: (e,), batch: (n,) (disjoint only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from graphfuse.graph import Graph
+from graphfuse.samplers.saint import check_generator
+from graphfuse.samplers.subgraph import _check_square, expand_ranges, induced_edges
+
+SUBGRAPH_TYPES = ("directional", "bidirectional", "induced")
+
+
+class SampledEdges(NamedTuple):
+    """One hop: for each sampled edge ``nbr → nodes[owner]``, its position ``owner`` in the frontier."""
+
+    owner: Tensor
+    nbr: Tensor
+    e_id: Tensor
+
+
+def _floyd_picks(degree: Tensor, k: int, generator: torch.Generator | None) -> Tensor:
+    """k distinct offsets in ``[0, max(deg, k))`` per row (Floyd's algorithm), sorted ascending.
+
+    Step ``t`` draws ``c_t`` uniform in ``[0, b_t]`` with ``b_t = max(deg, k) − k + t`` and keeps it unless an
+    earlier step kept it, else keeps ``b_t``: a uniformly random k-subset. The draws do not depend on earlier
+    steps, so they are made at once; only the collision test runs step by step. A row with deg ≤ k gets
+    ``0..k-1``; the caller masks offsets ≥ deg. Work O(rows · k²).
+
+    Shapes:
+        degree: (R,) → (R, k) int64.
+    """
+    bounds = torch.clamp(degree, min=k).unsqueeze(1) - k + torch.arange(k, device=degree.device)
+    draws = torch.rand(degree.numel(), k, dtype=torch.float64, device=degree.device, generator=generator)
+    picks = torch.minimum((draws * (bounds + 1)).long(), bounds)
+    for t in range(1, k):
+        taken = (picks[:, :t] == picks[:, t:t + 1]).any(1)
+        picks[:, t] = torch.where(taken, bounds[:, t], picks[:, t])
+    return picks.sort(dim=1).values
+
+
+def sample_neighbors(
+    graph: Graph,
+    nodes: Tensor,
+    num_neighbors: int,
+    *,
+    replace: bool = False,
+    generator: torch.Generator | None = None,
+) -> SampledEdges:
+    """One hop of neighbour sampling: up to ``num_neighbors`` in-edges ``j → i`` of every ``i`` in ``nodes``.
+
+    Args:
+        graph: a square graph (its CSR by target is built and cached on first use).
+        nodes: the nodes to expand (duplicates are expanded independently).
+        num_neighbors: −1 for all in-edges, else k ≥ 0.
+        replace: draw k in-edges uniformly with replacement instead of min(k, deg) distinct ones.
+        generator: random generator on the graph's device.
+
+    Returns:
+        :class:`SampledEdges` grouped by ``owner`` in ascending order; within an owner, CSR order (all, or
+        without replacement) or draw order (with replacement).
+
+    Shapes:
+        nodes: (F,) int64 → owner, nbr, e_id: (T,) int64.
+    """
+    check_generator(generator, graph.device, "sample_neighbors")
+    rowptr, col, perm, _ = graph.csr
+    start = rowptr[nodes]
+    degree = rowptr[nodes + 1] - start
+    k = num_neighbors
+    if k < 0 or (k > 0 and not replace and nodes.numel() and int(degree.max()) <= k):
+        owner, pos = expand_ranges(start, degree)
+        return SampledEdges(owner, col[pos], perm[pos])
+    if k == 0 or nodes.numel() == 0:
+        empty = torch.empty(0, dtype=torch.int64, device=graph.device)
+        return SampledEdges(empty, empty, empty)
+    if replace:
+        draws = torch.rand(nodes.numel(), k, dtype=torch.float64, device=graph.device, generator=generator)
+        offset = torch.minimum((draws * degree.unsqueeze(1)).long(), (degree - 1).clamp(min=0).unsqueeze(1))
+        valid = (degree > 0).unsqueeze(1).expand(-1, k)
+    else:
+        offset = _floyd_picks(degree, k, generator)
+        valid = offset < degree.unsqueeze(1)
+    flat = valid.reshape(-1).nonzero().view(-1)
+    owner = flat.div(k, rounding_mode="floor")
+    pos = (start.unsqueeze(1) + offset).view(-1)[flat]
+    return SampledEdges(owner, col[pos], perm[pos])
+
+
+@dataclass(frozen=True)
+class NeighborSample:
+    """A sampled computation subgraph. The first ``batch_size`` local nodes are the seeds, in order.
+
+    Shapes:
+        n_id: (n,) global ids; edge_index: (2, e) local, row 0 = neighbour, row 1 = the node it feeds;
+        e_id: (e,) COO ids in the parent graph; batch: (n,) seed index of each node (disjoint) or None.
+        num_sampled_nodes: (num_hops + 1) counts, seeds first; num_sampled_edges: num_hops counts
+        (directional only, else None).
+    """
+
+    n_id: Tensor
+    edge_index: Tensor
+    e_id: Tensor
+    batch_size: int
+    num_sampled_nodes: tuple[int, ...]
+    num_sampled_edges: tuple[int, ...] | None
+    batch: Tensor | None = None
+
+    @property
+    def num_nodes(self) -> int:
+        """n."""
+        return self.n_id.numel()
+
+
+def _first_occurrence(keys: Tensor) -> tuple[Tensor, Tensor]:
+    """Distinct keys in order of first appearance, and for every key the rank of its distinct value.
+
+    Shapes:
+        keys: (T,) → distinct: (U,), rank: (T,) in [0, U).
+    """
+    sorted_keys, order = torch.sort(keys, stable=True)
+    head = torch.ones_like(sorted_keys, dtype=torch.bool)
+    head[1:] = sorted_keys[1:] != sorted_keys[:-1]
+    group = torch.cumsum(head, 0) - 1
+    first_position = order[head]
+    appearance = torch.argsort(first_position)
+    rank_of_group = torch.empty_like(appearance)
+    rank_of_group[appearance] = torch.arange(appearance.numel(), device=keys.device)
+    rank = torch.empty_like(keys)
+    rank[order] = rank_of_group[group]
+    return keys[first_position[appearance]], rank
+
+
+def _coalesce(row: Tensor, col: Tensor, e_id: Tensor, num_nodes: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Sort edges by (col, row) and merge duplicates, keeping the ``e_id`` of the first one (stable)."""
+    key = col * num_nodes + row
+    key, order = torch.sort(key, stable=True)
+    head = torch.ones_like(key, dtype=torch.bool)
+    head[1:] = key[1:] != key[:-1]
+    return row[order][head], col[order][head], e_id[order][head]
+
+
+@dataclass(frozen=True)
+class NeighborSampler:
+    """PyG ``NeighborLoader``-style multi-hop neighbour sampler (see the module docstring for semantics).
+
+    Args:
+        num_neighbors: fan-out per hop; −1 takes every neighbour.
+        replace: sample with replacement.
+        subgraph_type: ``"directional"``, ``"bidirectional"`` or ``"induced"``.
+        disjoint: one tree per seed, with a ``batch`` vector.
+
+    Example:
+        >>> sampler = NeighborSampler([15, 10, 5])
+        >>> out = sampler(graph, torch.tensor([4, 8, 15]), torch.Generator().manual_seed(0))
+        >>> out.n_id[:3]
+        tensor([ 4,  8, 15])
+    """
+
+    num_neighbors: tuple[int, ...]
+    replace: bool = False
+    subgraph_type: str = "directional"
+    disjoint: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.num_neighbors, int) or not isinstance(self.num_neighbors, Sequence):
+            raise TypeError(f"NeighborSampler: num_neighbors must be a sequence of ints (one per hop); got "
+                            f"{self.num_neighbors!r}")
+        fanouts = tuple(self.num_neighbors)
+        if any(isinstance(k, bool) or not isinstance(k, int) or k < -1 for k in fanouts):
+            raise ValueError(f"NeighborSampler: num_neighbors entries must be ints ≥ -1; got {list(fanouts)}")
+        object.__setattr__(self, "num_neighbors", fanouts)
+        if self.subgraph_type not in SUBGRAPH_TYPES:
+            raise ValueError(f"NeighborSampler: subgraph_type must be one of {list(SUBGRAPH_TYPES)}; got "
+                             f"{self.subgraph_type!r}")
+
+    @property
+    def num_hops(self) -> int:
+        return len(self.num_neighbors)
+
+    def __call__(self, graph: Graph, seeds: Tensor, generator: torch.Generator | None = None) -> NeighborSample:
+        """Sample the computation subgraph of ``seeds``.
+
+        Args:
+            graph: a square graph on the device to sample on.
+            seeds: seed nodes (distinct unless ``disjoint``; a repeated seed keeps its rows but neighbours
+                link to its first row).
+            generator: random generator on the graph's device.
+
+        Shapes:
+            seeds: (B,) int64 → :class:`NeighborSample`.
+        """
+        _check_square(graph, "NeighborSampler")
+        check_generator(generator, graph.device, "NeighborSampler")
+        if seeds.dim() != 1 or seeds.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"NeighborSampler: seeds must be a 1-D integer tensor; got {tuple(seeds.shape)} "
+                             f"{seeds.dtype}")
+        if seeds.device != graph.device:
+            raise ValueError(f"NeighborSampler: seeds are on {seeds.device} but the graph is on {graph.device}")
+        n, device = graph.num_nodes, graph.device
+        seeds = seeds.long()
+        num_seeds = seeds.numel()
+        tree = torch.arange(num_seeds, device=device) if self.disjoint else torch.zeros_like(seeds)
+        # The node set as sorted keys (tree · N + node) with the local id of each key.
+        keys, order = torch.sort(tree * n + seeds, stable=True)
+        head = torch.ones_like(keys, dtype=torch.bool)
+        head[1:] = keys[1:] != keys[:-1]
+        keys, local_of_key = keys[head], order[head]
+
+        nodes, trees = [seeds], [tree]
+        rows, cols, e_ids = [], [], []
+        num_sampled_nodes, num_sampled_edges = [num_seeds], []
+        frontier, frontier_tree, frontier_start, count = seeds, tree, 0, num_seeds
+        for k in self.num_neighbors:
+            hop = sample_neighbors(graph, frontier, k, replace=self.replace, generator=generator)
+            cand = frontier_tree[hop.owner] * n + hop.nbr
+            pos = torch.searchsorted(keys, cand).clamp_(max=max(keys.numel() - 1, 0))
+            found = keys[pos] == cand
+            local = torch.where(found, local_of_key[pos], -1)
+            missing = (~found).nonzero().view(-1)
+            new_keys, rank = _first_occurrence(cand[missing])
+            local[missing] = count + rank
+            new_local = torch.arange(count, count + new_keys.numel(), device=device)
+            keys, merge = torch.sort(torch.cat([keys, new_keys]))
+            local_of_key = torch.cat([local_of_key, new_local])[merge]
+
+            rows.append(local)
+            cols.append(frontier_start + hop.owner)
+            e_ids.append(hop.e_id)
+            num_sampled_edges.append(hop.owner.numel())
+            frontier, frontier_tree = new_keys % n, new_keys // n
+            nodes.append(frontier)
+            trees.append(frontier_tree)
+            frontier_start, count = count, count + new_keys.numel()
+            num_sampled_nodes.append(new_keys.numel())
+
+        n_id = torch.cat(nodes)
+        batch = torch.cat(trees) if self.disjoint else None
+        empty = torch.empty(0, dtype=torch.int64, device=device)
+        row, col, e_id = (torch.cat(t) if t else empty for t in (rows, cols, e_ids))
+        if self.subgraph_type == "bidirectional":
+            row, col, e_id = _coalesce(torch.cat([row, col]), torch.cat([col, row]), torch.cat([e_id, e_id]),
+                                       n_id.numel())
+        elif self.subgraph_type == "induced":
+            row, col, e_id = induced_edges(graph, n_id, batch)
+        return NeighborSample(
+            n_id=n_id,
+            edge_index=torch.stack([row, col]),
+            e_id=e_id,
+            batch_size=num_seeds,
+            num_sampled_nodes=tuple(num_sampled_nodes),
+            num_sampled_edges=tuple(num_sampled_edges) if self.subgraph_type == "directional" else None,
+            batch=batch,
+        )

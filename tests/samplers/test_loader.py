@@ -1,0 +1,186 @@
+"""Loaders: gathered batches, normalisation per batch, input nodes / shuffle / drop_last, seeds, to_pyg."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import graphfuse
+from cases import make_graph_case
+from graphfuse.samplers import (
+    Batch,
+    NeighborLoader,
+    SaintEdgeSampler,
+    SaintLoader,
+    SaintNodeSampler,
+    SaintRandomWalkSampler,
+)
+
+
+def node_data(graph: graphfuse.Graph, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    n = graph.num_nodes
+    x = torch.randn(n, 7, generator=gen).to(graph.device)
+    y = torch.randint(0, 3, (n,), generator=gen).to(graph.device)
+    train = (torch.rand(n, generator=gen) < 0.5).to(graph.device)
+    return x, y, train
+
+
+def check_batch(graph, batch, x, y, train):
+    assert isinstance(batch, Batch) and isinstance(batch.graph, graphfuse.Graph)
+    assert torch.equal(batch.x, x[batch.n_id]) and torch.equal(batch.y, y[batch.n_id])
+    assert torch.equal(batch.train_mask, train[batch.n_id])
+    src, dst = graph.edge_index
+    assert torch.equal(src[batch.e_id], batch.n_id[batch.edge_index[0]])
+    assert torch.equal(dst[batch.e_id], batch.n_id[batch.edge_index[1]])
+    assert batch.graph.device == graph.device and batch.x.device == graph.device
+
+
+@pytest.mark.parametrize("sampler", [SaintNodeSampler(40), SaintEdgeSampler(20), SaintRandomWalkSampler(10, 2)],
+                         ids=lambda s: s.name)
+def test_saint_batches_gather_and_carry_norms(sampler, device):
+    graph = make_graph_case("hub", device)
+    x, y, train = node_data(graph)
+    loader = SaintLoader(graph, sampler, x=x, y=y, node_data={"train_mask": train}, num_steps=3,
+                         sample_coverage=5, seed=0)
+    batches = list(loader)
+    assert len(loader) == len(batches) == 3
+    for batch in batches:
+        check_batch(graph, batch, x, y, train)
+        assert batch.batch_size == batch.num_nodes
+        assert torch.equal(batch.node_norm, loader.saint_norm.node_norm[batch.n_id])
+        assert torch.equal(batch.edge_norm, loader.saint_norm.edge_norm[batch.e_id])
+        # the CSR filled in by the loader equals the one Graph builds by sorting
+        fresh = graphfuse.Graph(batch.edge_index, num_nodes=batch.num_nodes)
+        for a, b in zip(batch.graph.csr, fresh.csr):
+            assert torch.equal(a, b)
+
+
+def test_saint_paper_mode_samples_training_nodes_only(device):
+    graph = make_graph_case("unsorted", device)
+    x, y, train = node_data(graph)
+    loader = SaintLoader(graph, SaintRandomWalkSampler(6, 2), x=x, y=y, node_data={"train_mask": train},
+                         num_steps=4, sample_coverage=5, norm="paper", seed=1)
+    for batch in loader:
+        check_batch(graph, batch, x, y, train)
+        assert bool(batch.train_mask.all())
+        assert bool((batch.node_norm > 0).all())
+
+
+def test_edge_weights_are_inherited_and_normalised_on_request(device):
+    base = make_graph_case("hub", device)
+    weight = torch.rand(base.num_edges, generator=torch.Generator().manual_seed(0)).to(device) + 0.5
+    graph = graphfuse.Graph(base.edge_index, num_nodes=base.num_nodes, edge_weight=weight)
+    plain = SaintLoader(graph, SaintRandomWalkSampler(8, 2), sample_coverage=3, seed=0)
+    normalised = SaintLoader(graph, SaintRandomWalkSampler(8, 2), sample_coverage=3, seed=0, normalize_edges=True)
+    a, b = plain.sample(), normalised.sample()
+    assert torch.equal(a.graph.edge_weight, weight[a.e_id])
+    assert torch.equal(b.graph.edge_weight, b.edge_norm * weight[b.e_id])
+    nb = next(iter(NeighborLoader(graph, [3], batch_size=5)))
+    assert torch.equal(nb.graph.edge_weight, weight[nb.e_id])
+    with pytest.raises(ValueError, match="normalize_edges"):
+        SaintLoader(graph, SaintRandomWalkSampler(8, 2), normalize_edges=True)
+
+
+def test_saint_without_coverage_has_no_norms():
+    graph = make_graph_case("hub")
+    batch = next(iter(SaintLoader(graph, SaintNodeSampler(30), seed=0)))
+    assert batch.node_norm is None and batch.edge_norm is None and batch.x is None
+    assert batch.to_pyg().num_nodes == batch.num_nodes
+
+
+def test_saint_loader_is_reproducible_by_seed(device):
+    graph = make_graph_case("hub", device)
+    runs = [[b.n_id for b in SaintLoader(graph, SaintRandomWalkSampler(5, 2), num_steps=4, seed=11)]
+            for _ in range(2)]
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
+    other = [b.n_id for b in SaintLoader(graph, SaintRandomWalkSampler(5, 2), num_steps=4, seed=12)]
+    assert not all(torch.equal(a, b) for a, b in zip(runs[0], other))
+
+
+@pytest.mark.parametrize("input_kind", ["mask", "ids", "all"])
+def test_neighbor_loader_covers_input_nodes_once(input_kind, device):
+    graph = make_graph_case("unsorted", device)
+    x, y, train = node_data(graph)
+    inputs = {"mask": train, "ids": train.nonzero().view(-1).flip(0), "all": None}[input_kind]
+    expected = {"mask": train.nonzero().view(-1), "ids": train.nonzero().view(-1).flip(0),
+                "all": torch.arange(graph.num_nodes, device=device)}[input_kind]
+    loader = NeighborLoader(graph, [3, 2], input_nodes=inputs, batch_size=7, x=x, y=y,
+                            node_data={"train_mask": train}, seed=0)
+    batches = list(loader)
+    assert len(batches) == len(loader) == -(-expected.numel() // 7)
+    seeds = torch.cat([b.n_id[: b.batch_size] for b in batches])
+    assert torch.equal(seeds, expected)  # no shuffle: input order
+    assert torch.equal(torch.cat([b.input_id for b in batches]), torch.arange(expected.numel(), device=device))
+    for batch in batches:
+        check_batch(graph, batch, x, y, train)
+        assert batch.num_sampled_nodes[0] == batch.batch_size
+
+
+def test_neighbor_loader_shuffle_and_drop_last():
+    graph = make_graph_case("unsorted")
+    loader = NeighborLoader(graph, [2], batch_size=8, shuffle=True, drop_last=True, seed=0)
+    assert len(loader) == 50 // 8
+    epochs = [torch.cat([b.n_id[: b.batch_size] for b in loader]) for _ in range(2)]
+    assert all(e.numel() == 48 and e.unique().numel() == 48 for e in epochs)
+    assert not torch.equal(epochs[0], epochs[1])  # a new order every epoch
+    assert not torch.equal(epochs[0], torch.arange(48))
+    again = NeighborLoader(graph, [2], batch_size=8, shuffle=True, drop_last=True, seed=0)
+    first = [b for b in again]
+    assert torch.equal(torch.cat([b.n_id[: b.batch_size] for b in first]), epochs[0])
+    assert all(b.batch_size == 8 for b in first)
+
+
+def test_neighbor_loader_is_reproducible_by_seed(device):
+    graph = make_graph_case("hub", device)
+
+    def run(seed):
+        loader = NeighborLoader(graph, [4, 3], batch_size=16, shuffle=True, seed=seed)
+        return [(b.n_id, b.edge_index, b.e_id) for b in loader]
+
+    a, b, c = run(5), run(5), run(6)
+    assert all(all(torch.equal(u, v) for u, v in zip(p, q)) for p, q in zip(a, b))
+    assert not all(torch.equal(p[0], q[0]) for p, q in zip(a, c))
+
+
+def test_neighbor_loader_disjoint_and_to_pyg():
+    graph = make_graph_case("hub")
+    x, y, train = node_data(graph)
+    loader = NeighborLoader(graph, [2, 2], batch_size=4, disjoint=True, x=x, y=y, node_data={"train_mask": train},
+                            seed=0)
+    batch = next(iter(loader))
+    assert batch.batch[:4].tolist() == [0, 1, 2, 3]
+    data = batch.to_pyg()
+    assert torch.equal(data.edge_index, batch.edge_index) and torch.equal(data.x, batch.x)
+    assert torch.equal(data.batch, batch.batch) and torch.equal(data.n_id, batch.n_id)
+    assert data.batch_size == 4 and data.num_nodes == batch.num_nodes
+    assert data.num_sampled_nodes == list(batch.num_sampled_nodes)
+    assert torch.equal(data.train_mask, batch.train_mask)
+
+
+def test_batch_to_moves_everything():
+    graph = make_graph_case("hub")
+    x, y, train = node_data(graph)
+    batch = next(iter(NeighborLoader(graph, [2], batch_size=4, x=x, y=y, node_data={"train_mask": train})))
+    moved = batch.to("cpu")
+    assert torch.equal(moved.x, batch.x) and moved.num_sampled_nodes == batch.num_sampled_nodes
+    with pytest.raises(AttributeError, match="val_mask"):
+        _ = batch.val_mask
+
+
+def test_loader_argument_checks():
+    graph = make_graph_case("hub")
+    with pytest.raises(ValueError, match="x must be a tensor with 300 rows"):
+        NeighborLoader(graph, [2], x=torch.ones(5, 2))
+    with pytest.raises(ValueError, match="batch_size"):
+        NeighborLoader(graph, [2], batch_size=0)
+    with pytest.raises(ValueError, match="input_nodes mask"):
+        NeighborLoader(graph, [2], input_nodes=torch.ones(3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="input_nodes ids"):
+        NeighborLoader(graph, [2], input_nodes=torch.tensor([0, 300]))
+    with pytest.raises(ValueError, match="train_mask"):
+        SaintLoader(graph, SaintNodeSampler(5), norm="paper")
+    with pytest.raises(ValueError, match="num_steps"):
+        SaintLoader(graph, SaintNodeSampler(5), num_steps=0)
+    with pytest.raises(TypeError, match="GraphSAINT sampler"):
+        SaintLoader(graph, object())

@@ -1,0 +1,218 @@
+"""GraphSAINT normalisation: the formulas of both conventions, exact counting, the coverage rule, the cache."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import pytest
+import torch
+
+import graphfuse
+import graphfuse.samplers.saint_norm as saint_norm_module
+from cases import make_graph_case
+from graphfuse.samplers import (
+    SaintRandomWalkSampler,
+    compute_saint_norm,
+    count_saint_samples,
+    graph_fingerprint,
+    saint_norm_from_counts,
+    tensor_fingerprint,
+    training_subgraph,
+)
+
+
+def triangle_with_tail() -> graphfuse.Graph:
+    """Undirected 0-1, 1-2, 2-0, 2-3 stored in both directions (e0..e7), and node 4 isolated."""
+    pairs = [(0, 1), (1, 2), (2, 0), (2, 3)]
+    edges = [p for a, b in pairs for p in ((a, b), (b, a))]
+    return graphfuse.Graph(torch.tensor(edges).t(), num_nodes=5)
+
+
+@dataclasses.dataclass(frozen=True)
+class ListSampler:
+    """Cycles through fixed node lists (padded by repetition), whatever the generator."""
+
+    sets: tuple[tuple[int, ...], ...]
+    name: ClassVar[str] = "list"
+
+    def draw(self, graph, num_samples, generator=None):
+        width = max(len(s) for s in self.sets)
+        start = self._calls[0]
+        rows = [list(self.sets[(start + i) % len(self.sets)]) for i in range(num_samples)]
+        self._calls[0] += num_samples
+        return torch.tensor([r + [r[0]] * (width - len(r)) for r in rows], device=graph.device)
+
+    @property
+    def _calls(self):
+        if "_counter" not in self.__dict__:
+            object.__setattr__(self, "_counter", [0])
+        return self.__dict__["_counter"]
+
+
+def test_counts_and_the_coverage_rule_are_exact(device):
+    graph = triangle_with_tail().to(device)
+    sampler = ListSampler(((0, 1, 2), (2, 3), (1,), (4, 0)))
+    # sizes 3, 2, 1, 2, 3, ... ; target 5 · 2 = 10 → 3+2+1+2+3 = 11 ≥ 10 after the 5th subgraph
+    node_count, edge_count, num_samples = count_saint_samples(graph, sampler, 2, None)
+    assert num_samples == 5
+    assert node_count.tolist() == [3, 3, 3, 1, 1]
+    edges = graph.edge_index.t().tolist()
+    sets = [(0, 1, 2), (2, 3), (1,), (4, 0), (0, 1, 2)]
+    expected = [sum(a in s and b in s for s in sets) for a, b in edges]
+    assert edge_count.tolist() == expected
+
+
+def test_pyg_formulas_by_hand():
+    graph = triangle_with_tail()
+    node_count = torch.tensor([4, 2, 0, 1, 0])
+    edge_count = torch.tensor([2, 2, 0, 0, 0, 0, 0, 0])  # e0 = 0→1, e1 = 1→0 seen twice
+    sn = saint_norm_from_counts(graph, node_count, edge_count, 10, "pyg")
+    assert sn.node_norm.tolist() == pytest.approx([10 / 4 / 5, 10 / 2 / 5, 10 / 0.1 / 5, 10 / 1 / 5, 10 / 0.1 / 5])
+    # e0: C_src=4 / 2; e1: C_src=2 / 2; e2 = 1→2: 2/0 → clamp 1e4; e3 = 2→1: 0/0 → 0.1; e6 = 2→3: 0.1; e7 = 3→2: 1e4
+    assert sn.edge_norm.tolist() == pytest.approx([2.0, 1.0, 1e4, 0.1, 0.1, 1e4, 0.1, 1e4])
+    assert sn.node_norm.dtype == sn.edge_norm.dtype == torch.float32
+
+
+def test_paper_formulas_by_hand():
+    graph = triangle_with_tail()
+    train = torch.tensor([True, True, False, True, False])
+    node_count = torch.tensor([4, 2, 0, 0, 0])
+    edge_count = torch.tensor([2, 2, 0, 0, 0, 0, 0, 0])
+    sn = saint_norm_from_counts(graph, node_count, edge_count, 10, "paper", train)
+    # loss norm over training nodes: M / (C_v · |V_train|), C_v = 0 → 0.1; zero elsewhere
+    assert sn.node_norm.tolist() == pytest.approx([10 / 4 / 3, 10 / 2 / 3, 0, 10 / 0.1 / 3, 0])
+    # aggregation norm uses the target's count: e0 = 0→1: C_1/C_e = 1, e1 = 1→0: 4/2; non-training edges 0
+    assert sn.edge_norm.tolist() == pytest.approx([1.0, 2.0, 0, 0, 0, 0, 0, 0])
+
+
+def test_pyg_norm_is_the_paper_norm_of_the_reverse_edge():
+    graph = triangle_with_tail()
+    gen = torch.Generator().manual_seed(0)
+    counts = count_saint_samples(graph, SaintRandomWalkSampler(roots=1, walk_length=2), 30, gen)
+    pyg = saint_norm_from_counts(graph, *counts, "pyg")
+    paper = saint_norm_from_counts(graph, *counts, "paper", torch.ones(5, dtype=torch.bool))
+    reverse = torch.arange(8) ^ 1  # e_{2k} and e_{2k+1} are each other's reverse
+    assert torch.equal(pyg.edge_norm, paper.edge_norm[reverse])
+    assert torch.allclose(pyg.node_norm, paper.node_norm)
+
+
+def test_count_invariants_on_a_random_walk_sampler(device):
+    graph = make_graph_case("hub", device)
+    gen = torch.Generator(device=device).manual_seed(0)
+    sampler = SaintRandomWalkSampler(roots=10, walk_length=2)
+    node_count, edge_count, m = count_saint_samples(graph, sampler, 5, gen)
+    target = graph.num_nodes * 5
+    total = int(node_count.sum())
+    assert total >= target and total - 10 * 3 < target  # stops at the first subgraph reaching the coverage
+    assert int(node_count.max()) <= m
+    src, dst = graph.edge_index
+    assert bool((edge_count <= torch.minimum(node_count[src], node_count[dst])).all())
+    assert int(edge_count.sum()) > 0
+
+
+def test_paper_norm_samples_the_training_graph_only(device):
+    graph = make_graph_case("unsorted", device)
+    train = torch.zeros(graph.num_nodes, dtype=torch.bool, device=device)
+    train[::2] = True
+    sn = compute_saint_norm(graph, SaintRandomWalkSampler(roots=4, walk_length=2), sample_coverage=20,
+                            norm="paper", train_mask=train)
+    assert int(sn.node_count[~train].sum()) == 0
+    src, dst = graph.edge_index
+    inside = train[src] & train[dst]
+    assert int(sn.edge_count[~inside].sum()) == 0 and int(sn.edge_count[inside].sum()) > 0
+    assert int(sn.node_count.sum()) >= 20 * int(train.sum())
+    assert bool((sn.node_norm[~train] == 0).all()) and bool((sn.node_norm[train] > 0).all())
+    sub_graph, sub = training_subgraph(graph, train)
+    assert sub.n_id.tolist() == train.nonzero().view(-1).tolist()
+    assert sub_graph.num_nodes == int(train.sum()) and sub_graph.num_edges == int(inside.sum())
+
+
+def test_cache_hit_skips_pre_sampling(tmp_path, monkeypatch, device):
+    graph = make_graph_case("hub", device)
+    sampler = SaintRandomWalkSampler(roots=8, walk_length=2)
+    first = compute_saint_norm(graph, sampler, sample_coverage=5, seed=3, cache_dir=tmp_path)
+    files = list(tmp_path.iterdir())
+    assert len(files) == 1 and files[0].name.startswith("saint_rw_pyg_")
+
+    def fail(*args, **kwargs):
+        raise AssertionError("pre-sampled although the coefficients are cached")
+
+    monkeypatch.setattr(saint_norm_module, "count_saint_samples", fail)
+    second = compute_saint_norm(graph, sampler, sample_coverage=5, seed=3, cache_dir=tmp_path)
+    for f in dataclasses.fields(first):
+        a, b = getattr(first, f.name), getattr(second, f.name)
+        assert torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
+    assert second.node_norm.device == graph.device
+    for changed in ({"seed": 4}, {"sample_coverage": 6}, {"norm": "paper", "train_mask": graph.in_degree > 1}):
+        with pytest.raises(AssertionError, match="pre-sampled"):
+            compute_saint_norm(graph, sampler, **{"sample_coverage": 5, "seed": 3, **changed}, cache_dir=tmp_path)
+    with pytest.raises(AssertionError, match="pre-sampled"):
+        compute_saint_norm(graph, SaintRandomWalkSampler(roots=8, walk_length=3), sample_coverage=5, seed=3,
+                           cache_dir=tmp_path)
+    with pytest.raises(AssertionError, match="pre-sampled"):
+        compute_saint_norm(make_graph_case("hub", device, seed=1), sampler, sample_coverage=5, seed=3,
+                           cache_dir=tmp_path)
+
+
+def test_same_seed_same_coefficients(device):
+    graph = make_graph_case("isolated", device)
+    sampler = SaintRandomWalkSampler(roots=3, walk_length=2)
+    a = compute_saint_norm(graph, sampler, sample_coverage=10, seed=7)
+    b = compute_saint_norm(graph, sampler, sample_coverage=10, seed=7)
+    c = compute_saint_norm(graph, sampler, sample_coverage=10, seed=8)
+    assert torch.equal(a.node_count, b.node_count) and torch.equal(a.edge_norm, b.edge_norm)
+    assert not torch.equal(a.node_count, c.node_count)
+
+
+def test_fingerprints():
+    a = torch.tensor([[0, 1, 2], [1, 2, 0]])
+    assert tensor_fingerprint(a) == tensor_fingerprint(a.clone())
+    assert tensor_fingerprint(a) != tensor_fingerprint(a.flip(1))
+    assert tensor_fingerprint(a) != tensor_fingerprint(a.view(3, 2))
+    b = a.clone()
+    b[1, 2] = 1
+    assert tensor_fingerprint(a) != tensor_fingerprint(b)
+    big = torch.randint(0, 1 << 40, (3 << 20,), generator=torch.Generator().manual_seed(0))
+    changed = big.clone()
+    changed[-1] += 1
+    assert tensor_fingerprint(big) != tensor_fingerprint(changed)
+    g = graphfuse.Graph(a, num_nodes=3)
+    assert graph_fingerprint(g) != graph_fingerprint(graphfuse.Graph(a, num_nodes=4))
+    with pytest.raises(TypeError, match="integer"):
+        tensor_fingerprint(torch.ones(3))
+
+
+def test_argument_checks():
+    graph = make_graph_case("hub")
+    sampler = SaintRandomWalkSampler(roots=2, walk_length=1)
+    with pytest.raises(ValueError, match="norm must be one of"):
+        compute_saint_norm(graph, sampler, sample_coverage=1, norm="gcn")
+    with pytest.raises(ValueError, match="train_mask"):
+        compute_saint_norm(graph, sampler, sample_coverage=1, norm="paper")
+    with pytest.raises(ValueError, match="sample_coverage"):
+        count_saint_samples(graph, sampler, 0)
+    with pytest.raises(ValueError, match="train_mask must be"):
+        training_subgraph(graph, torch.ones(3, dtype=torch.bool))
+
+
+def test_popcount_matches_python():
+    from graphfuse.samplers.saint_norm import popcount
+
+    values = torch.randint(0, 1 << 62, (1000,), generator=torch.Generator().manual_seed(0)) * 2 + 1
+    values = torch.cat([values, torch.tensor([0, 1, (1 << 63) - 1, 1 << 62])])
+    assert popcount(values).tolist() == [(v).bit_count() for v in values.tolist()]
+
+
+@pytest.mark.parametrize("chunk_size", [1, 7, 63, 100])
+def test_bitmask_and_candidate_counting_agree(chunk_size, device):
+    graph = make_graph_case("duplicates", device)
+    sampler = SaintRandomWalkSampler(roots=2, walk_length=2)
+    results = [
+        count_saint_samples(graph, sampler, 40, torch.Generator(device=device).manual_seed(5), method=method,
+                            chunk_size=chunk_size)
+        for method in ("candidates", "bitmask")
+    ]
+    (nc_a, ec_a, m_a), (nc_b, ec_b, m_b) = results
+    assert m_a == m_b and torch.equal(nc_a, nc_b) and torch.equal(ec_a, ec_b)
+    assert int(ec_a.sum()) > 0

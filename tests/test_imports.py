@@ -25,8 +25,10 @@ def graphfuse_imports(path: Path) -> set[str]:
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
-            if node.level:
-                raise AssertionError(f"{path}: use absolute imports (graphfuse.…), not relative ones")
+            if node.level > 1:
+                raise AssertionError(f"{path}: relative imports may only name the module's own package")
+            if node.level == 1:
+                continue  # a sibling module of the same package
             names = [node.module or ""]
         elif isinstance(node, ast.Import):
             names = [a.name for a in node.names]

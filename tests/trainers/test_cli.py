@@ -1,0 +1,67 @@
+"""The command line: exit status 2 with a one-paragraph message (no traceback) on bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from graphfuse.trainers.cli import main
+
+
+def _fails_cleanly(capsys, argv, *fragments):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.startswith("graphfuse-train: error:")
+    for fragment in fragments:
+        assert fragment in err.replace("\n", " ")
+    return err
+
+
+def test_unknown_key_exits_2_with_the_valid_keys(capsys):
+    _fails_cleanly(capsys, ["model.hiden=64"], "model.hiden", "hidden, num_layers")
+
+
+def test_malformed_item_exits_2(capsys):
+    _fails_cleanly(capsys, ["trainer.max_epochs"], "key=value")
+
+
+def test_unknown_experiment_exits_2_listing_experiments(capsys):
+    _fails_cleanly(capsys, ["experiment=gcn_corra"], "gcn_cora", "gat_cora")
+
+
+def test_missing_dataset_exits_2_naming_the_path(capsys, monkeypatch, tmp_path):
+    monkeypatch.delenv("GRAPHFUSE_DATA_MIRROR", raising=False)
+    root = tmp_path / "no-data"
+    _fails_cleanly(capsys, [f"data.root={root}", "data.options.download=false", f"output_dir={tmp_path / 'run'}"],
+                   "dataset not found", str(root))
+
+
+def test_resume_without_checkpoint_exits_2(capsys, tiny):
+    _fails_cleanly(capsys, [*tiny, "trainer.resume=true"], "trainer.resume", "last.ckpt")
+
+
+def test_help_exits_0(capsys):
+    assert main(["--help"]) == 0
+    assert "gcn_cora" in capsys.readouterr().out
+
+
+def test_tiny_run_writes_the_run_directory(capsys, tmp_path, tiny):
+    assert main([*tiny, "trainer.max_epochs=3"]) == 0
+    out = capsys.readouterr().out
+    assert "epoch    2/3" in out and "test" in out  # per-epoch lines and the summary table
+    run = tmp_path / "run"
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["epochs_run"] == 3 and 0 <= metrics["best_epoch"] < 3
+    for stage in ("train", "val", "test"):
+        assert 0.0 <= metrics[stage]["acc"] <= 1.0
+        assert metrics[stage]["f1_micro"] == pytest.approx(metrics[stage]["acc"])
+    assert metrics["device"].startswith("cpu")
+    assert (run / "checkpoints" / "last.ckpt").is_file()
+    assert len(list((run / "checkpoints").glob("best-*.ckpt"))) == 1
+    assert "max_epochs: 3" in (run / "config.yaml").read_text()
+
+
+def test_trainer_setting_lightning_rejects_exits_2(capsys, tiny):
+    _fails_cleanly(capsys, [*tiny, "trainer.precision=17"], "invalid trainer settings", "precision")

@@ -1,0 +1,109 @@
+"""Config composition: schema defaults, group files, experiments, dotlist overrides and strictness."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from omegaconf.errors import ConfigAttributeError
+
+from graphfuse.graph import Graph
+from graphfuse.trainers.build import MODEL_BUILDERS, build_model
+from graphfuse.trainers.config import Config, ConfigError, ModelConfig, available, config_dir, load_config
+
+
+def test_config_dir_holds_the_yaml_files():
+    assert (config_dir() / "defaults.yaml").is_file()
+    assert {"gcn_cora", "gat_cora", "sage_cora", "gcn_facebook", "gat_facebook", "gcn_synthetic"} <= set(
+        available("experiment")
+    )
+
+
+def test_default_is_gcn_cora_with_kipf_hyperparameters():
+    cfg = load_config([])
+    assert cfg.experiment == "gcn_cora"
+    assert (cfg.data.name, cfg.data.normalize_features) == ("cora", True)
+    assert (cfg.model.name, cfg.model.hidden, cfg.model.dropout) == ("gcn", 16, 0.5)
+    assert (cfg.optim.lr, cfg.optim.weight_decay, cfg.trainer.max_epochs) == (0.01, 5e-4, 200)
+
+
+def test_experiment_selection_and_its_overrides():
+    cfg = load_config(["experiment=gat_cora"])
+    assert (cfg.experiment, cfg.model.name, cfg.data.name) == ("gat_cora", "gat", "cora")
+    assert (cfg.model.heads, cfg.model.hidden, cfg.model.attn_dropout, cfg.model.activation) == (8, 8, 0.6, "elu")
+    assert cfg.optim.lr == 0.005
+
+
+def test_group_choice_on_the_command_line_beats_the_experiment():
+    cfg = load_config(["experiment=gcn_cora", "data=facebook", "model=sage"])
+    assert (cfg.data.name, cfg.data.normalize_features) == ("facebook", False)
+    assert (cfg.model.name, cfg.model.aggr) == ("sage", "mean")
+    assert cfg.model.hidden == 16  # the experiment's override still applies on top of the group file
+
+
+def test_dotlist_overrides_are_typed_and_last_wins():
+    cfg = load_config(["model.hidden=64", "trainer.max_epochs=7", "seed=3", "model.hidden=32",
+                       "data.options.num_nodes=500", "model.norm=batch", "output_dir=/tmp/x"])
+    assert (cfg.model.hidden, cfg.trainer.max_epochs, cfg.seed) == (32, 7, 3)
+    assert cfg.data.options.num_nodes == 500
+    assert (cfg.model.norm, cfg.output_dir) == ("batch", "/tmp/x")
+
+
+@pytest.mark.parametrize("experiment", available("experiment"))
+def test_every_experiment_composes_to_a_known_model(experiment):
+    cfg = load_config([f"experiment={experiment}"])
+    assert cfg.experiment == experiment
+    assert cfg.model.name in MODEL_BUILDERS
+
+
+def test_unknown_key_lists_the_valid_keys_of_its_section():
+    with pytest.raises(ConfigError) as info:
+        load_config(["model.hiden=64"])
+    message = str(info.value)
+    assert "model.hiden" in message
+    for key in ModelConfig.__dataclass_fields__:
+        assert key in message
+
+
+def test_unknown_top_level_key_lists_the_sections():
+    with pytest.raises(ConfigError) as info:
+        load_config(["optimizer.lr=0.1"])
+    for key in Config.__dataclass_fields__:
+        assert key in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "overrides, fragment",
+    [
+        (["seed=abc"], "seed"),
+        (["model=gatt"], "gcn"),
+        (["experiment=nope"], "gcn_cora"),
+        (["optim=adam"], "lr, weight_decay"),
+        (["trainer.max_epochs"], "key=value"),
+        (["logger.wandb_mode=sometimes"], "offline"),
+        (["model.norm=group"], "batch"),
+    ],
+)
+def test_bad_configs_raise_config_error(overrides, fragment):
+    with pytest.raises(ConfigError, match=fragment):
+        load_config(overrides)
+
+
+def test_config_is_strict_after_composition():
+    cfg = load_config([])
+    with pytest.raises(ConfigAttributeError):
+        cfg.model.hiden = 3
+
+
+@pytest.mark.parametrize("name", sorted(MODEL_BUILDERS))
+def test_build_model_passes_the_section_as_plain_arguments(name):
+    cfg = load_config([f"model.name={name}", "model.hidden=4", "model.heads=2"])
+    model = build_model(cfg.model, in_channels=5, out_channels=3)
+    edge_index = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])
+    out = model(torch.randn(4, 5), Graph(edge_index, num_nodes=4))
+    assert out.shape == (4, 3)
+
+
+def test_build_model_rejects_an_unknown_name():
+    cfg = load_config(["model.name=transformer"])
+    with pytest.raises(ConfigError, match="gcn, gat, sage"):
+        build_model(cfg.model, 5, 3)

@@ -1,0 +1,48 @@
+"""Loggers: CSV always; wandb offline by default when installed; one warning and CSV only when it is not."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import types
+
+import lightning.pytorch.loggers as pl_loggers
+from lightning.pytorch.loggers import CSVLogger
+
+from graphfuse.trainers import run
+from graphfuse.trainers.config import load_config
+
+
+def test_csv_only_when_wandb_is_off(tmp_path):
+    loggers = run._loggers(load_config(["logger.wandb=false"]), tmp_path, {})
+    assert [type(lg) for lg in loggers] == [CSVLogger]
+
+
+def test_missing_wandb_warns_once_and_keeps_csv(tmp_path, monkeypatch, caplog):
+    monkeypatch.setitem(sys.modules, "wandb", None)  # makes `import wandb` raise ImportError
+    monkeypatch.setattr(run, "_warned_no_wandb", False)
+    cfg = load_config(["logger.wandb=true"])
+    with caplog.at_level(logging.WARNING, logger="graphfuse.trainers.run"):
+        first = run._loggers(cfg, tmp_path, {})
+        second = run._loggers(cfg, tmp_path, {})
+    assert [type(lg) for lg in first] == [type(lg) for lg in second] == [CSVLogger]
+    assert caplog.text.count("wandb is not installed") == 1
+
+
+def test_wandb_logger_is_offline_by_default(tmp_path, monkeypatch):
+    calls = []
+
+    class FakeWandbLogger:
+        def __init__(self, **kwargs):
+            calls.append(kwargs)
+
+    monkeypatch.setitem(sys.modules, "wandb", types.ModuleType("wandb"))
+    monkeypatch.setattr(pl_loggers, "WandbLogger", FakeWandbLogger)
+    loggers = run._loggers(load_config(["experiment=gat_cora", "seed=2"]), tmp_path, {"seed": 2})
+    assert len(loggers) == 2 and isinstance(loggers[1], FakeWandbLogger)
+    assert calls[0]["mode"] == "offline" and calls[0]["offline"] is True
+    assert (calls[0]["project"], calls[0]["name"], calls[0]["save_dir"]) == ("graphfuse", "gat_cora-seed2",
+                                                                              str(tmp_path))
+    run._loggers(load_config(["logger.wandb_mode=online"]), tmp_path, {})
+    assert calls[1]["mode"] == "online" and calls[1]["offline"] is False
+    assert len(run._loggers(load_config(["logger.wandb_mode=disabled"]), tmp_path, {})) == 1

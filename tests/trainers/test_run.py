@@ -1,0 +1,83 @@
+"""Training runs: resume from last.ckpt, fresh restarts, early stopping and the full-graph data module."""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+
+import pytest
+import torch
+
+from graphfuse.data import load_dataset
+from graphfuse.trainers.config import load_config
+from graphfuse.trainers.datamodule import FullGraphDataModule
+from graphfuse.trainers.run import train
+
+
+def _train_epochs(run_dir, version: int) -> list[int]:
+    """Epochs with a training row in the CSV log of one run (one logs/version_* folder per run)."""
+    with open(run_dir / "logs" / f"version_{version}" / "metrics.csv") as f:
+        return sorted({int(row["epoch"]) for row in csv.DictReader(f) if row.get("train/loss")})
+
+
+def test_resume_continues_from_the_checkpoint_epoch(tiny, tmp_path):
+    run = tmp_path / "run"
+    first = train(load_config([*tiny, "trainer.max_epochs=2"]), verbose=False)
+    assert first["epochs_run"] == 2
+    assert _train_epochs(run, 0) == [0, 1]
+
+    resumed = train(load_config([*tiny, "trainer.max_epochs=4", "trainer.resume=true"]), verbose=False)
+    assert _train_epochs(run, 1) == [2, 3]
+    assert resumed["epochs_run"] == 4 and resumed["epochs_this_run"] == 2
+    assert resumed["resumed_from"].endswith("last.ckpt")
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["epoch"] == 3
+    assert json.loads((run / "metrics.json").read_text())["epochs_run"] == 4
+
+
+def test_fresh_run_over_old_checkpoints_removes_them(tiny, tmp_path, caplog):
+    ckpts = tmp_path / "run" / "checkpoints"
+    ckpts.mkdir(parents=True)
+    (ckpts / "best-epoch=099.ckpt").write_bytes(b"stale")
+    with caplog.at_level(logging.WARNING, logger="graphfuse.trainers.run"):
+        metrics = train(load_config([*tiny, "trainer.max_epochs=1"]), verbose=False)
+    assert "starting fresh" in caplog.text
+    assert not (ckpts / "best-epoch=099.ckpt").exists()
+    assert metrics["epochs_run"] == 1 and metrics["resumed_from"] is None
+
+
+def test_early_stopping_stops_when_val_acc_stalls(tiny):
+    # lr=0 keeps the weights, so val/acc never improves after epoch 0: patience 1 stops after epoch 1.
+    metrics = train(load_config([*tiny, "optim.lr=0", "trainer.patience=1", "trainer.max_epochs=50"]),
+                    verbose=False)
+    assert metrics["epochs_run"] == 2
+    assert metrics["stopped_early"] and metrics["best_epoch"] == 0
+
+
+def test_datamodule_moves_the_batch_once_and_reuses_it():
+    dataset = load_dataset("synthetic", num_nodes=50, num_features=4, num_classes=3)
+    dm = FullGraphDataModule(dataset)
+    dm.setup("fit")
+    (batch,) = list(dm.train_dataloader())
+    assert batch.x.shape == (50, 4) and batch.graph.num_nodes == 50
+    moved = dm.transfer_batch_to_device(batch, torch.device("cpu"), 0)
+    assert dm.transfer_batch_to_device(batch, torch.device("cpu"), 0) is moved
+    assert next(iter(dm.val_dataloader())).graph is batch.graph
+    assert int(batch.mask("train").sum()) > 0
+
+
+def test_ogbn_datasets_are_also_scored_by_the_ogb_evaluator(tiny, tmp_path, monkeypatch):
+    from graphfuse.trainers import run as run_module
+
+    def synthetic_as_ogbn(cfg):
+        dataset = load_dataset("synthetic", num_nodes=200, num_features=16, num_classes=4)
+        dataset.ogb_name = "ogbn-arxiv"
+        return dataset
+
+    monkeypatch.setattr(run_module, "build_dataset", synthetic_as_ogbn)
+    train(load_config([*tiny, "trainer.max_epochs=2"]), verbose=False)
+    with open(tmp_path / "run" / "logs" / "version_0" / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    scored = [r for r in rows if r.get("val/ogb_acc")]
+    assert len(scored) == 2
+    assert all(float(r["val/ogb_acc"]) == pytest.approx(float(r["val/acc"])) for r in scored)

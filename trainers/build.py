@@ -1,0 +1,143 @@
+"""Turn config sections into objects: each section becomes plain constructor arguments through a registry dict.
+
+Nothing below trainers/ sees omegaconf: :func:`build_dataset` calls ``graphfuse.data.load_dataset`` with plain
+values and :func:`build_model` calls a model class with plain keyword arguments.
+
+The ``pyg_gcn`` / ``pyg_gat`` models are the side-by-side reference: PyTorch Geometric's ``GCNConv`` /
+``GATConv`` in the very layer stack of graphfuse's models (:class:`graphfuse.nn.GNN`: dropout → conv →
+[norm → activation]), so that the two differ only in their convolutions. ``torch_geometric.nn.models.GCN``/
+``GAT`` would not do: they skip the input dropout and give the output GAT layer the hidden layers' head count.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from torch import Tensor, nn
+
+from graphfuse.data import NodeDataset, dataset_options, load_dataset
+from graphfuse.graph import Graph
+from graphfuse.nn import GNN, MODELS
+from graphfuse.nn.models import layer_widths
+from graphfuse.trainers.config import ConfigError
+
+
+class PygConv(nn.Module):
+    """Adapter calling a PyG conv as ``conv(x, graph)`` with ``graph.edge_index``.
+
+    Shapes:
+        x: (N, F_in); graph: Graph of N nodes; out: (N, F_out).
+    """
+
+    def __init__(self, conv: nn.Module) -> None:
+        super().__init__()
+        self.conv = conv
+        self.in_channels = conv.in_channels
+
+    def reset_parameters(self) -> None:
+        self.conv.reset_parameters()
+
+    def forward(self, x: Tensor, graph: Graph) -> Tensor:
+        return self.conv(x, graph.edge_index)
+
+
+def pyg_gcn(
+    in_channels: int,
+    hidden_channels: int,
+    out_channels: int,
+    num_layers: int = 2,
+    dropout: float = 0.5,
+    activation: str = "relu",
+    norm: str | None = None,
+) -> GNN:
+    """graphfuse's GCN layer stack with ``torch_geometric.nn.GCNConv`` convolutions."""
+    from torch_geometric.nn import GCNConv
+
+    widths = layer_widths("pyg_gcn", in_channels, hidden_channels, num_layers)
+    outs = [hidden_channels] * (num_layers - 1) + [out_channels]
+    convs = [PygConv(GCNConv(i, o)) for i, o in zip(widths, outs)]
+    return GNN(convs, hidden_channels, dropout=dropout, activation=activation, norm=norm)
+
+
+def pyg_gat(
+    in_channels: int,
+    hidden_channels: int,
+    out_channels: int,
+    num_layers: int = 2,
+    dropout: float = 0.5,
+    activation: str = "relu",
+    norm: str | None = None,
+    *,
+    heads: int = 8,
+    out_heads: int = 1,
+    attn_dropout: float = 0.6,
+) -> GNN:
+    """graphfuse's GAT layer stack with ``torch_geometric.nn.GATConv`` convolutions."""
+    from torch_geometric.nn import GATConv
+
+    widths = layer_widths("pyg_gat", in_channels, hidden_channels * heads, num_layers)
+    convs = [PygConv(GATConv(i, hidden_channels, heads, dropout=attn_dropout)) for i in widths[:-1]]
+    convs.append(PygConv(GATConv(widths[-1], out_channels, out_heads, concat=False, dropout=attn_dropout)))
+    return GNN(convs, hidden_channels * heads, dropout=dropout, activation=activation, norm=norm)
+
+
+MODEL_BUILDERS: dict[str, Callable[..., nn.Module]] = {**MODELS, "pyg_gcn": pyg_gcn, "pyg_gat": pyg_gat}
+"""Model name → callable ``(in_channels, hidden_channels, out_channels, **model_args) -> nn.Module``:
+``graphfuse.nn.MODELS`` plus the PyG reference twins."""
+
+
+def model_kwargs(cfg: DictConfig) -> dict[str, Any]:
+    """The keyword arguments of ``MODEL_BUILDERS[cfg.name]`` taken from the model section.
+
+    A key of the section goes to the model when the model's signature names it (``heads`` to GAT, ``aggr`` to
+    GraphSAGE, ...); ``backend`` goes to models that forward extra keywords to their convs (graphfuse's own).
+    ``name`` and ``hidden`` (passed positionally as ``hidden_channels``) are not keyword arguments.
+    """
+    if cfg.name not in MODEL_BUILDERS:
+        raise ConfigError(
+            f"invalid value for 'model.name': {cfg.name!r}; valid models are: {', '.join(MODEL_BUILDERS)}."
+        )
+    params = inspect.signature(MODEL_BUILDERS[cfg.name]).parameters
+    takes_conv_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    kwargs = {key: cfg[key] for key in cfg if key in params and key not in ("name", "hidden")}
+    if takes_conv_kwargs and "backend" not in params:
+        kwargs["backend"] = cfg.backend
+    return kwargs
+
+
+def build_model(cfg: DictConfig, in_channels: int, out_channels: int) -> nn.Module:
+    """The model of the ``model`` section for ``in_channels`` input features and ``out_channels`` classes.
+
+    Raises:
+        ConfigError: unknown model name, or hyper-parameters the model rejects.
+    """
+    kwargs = model_kwargs(cfg)
+    try:
+        return MODEL_BUILDERS[cfg.name](in_channels, cfg.hidden, out_channels, **kwargs)
+    except (ValueError, TypeError) as error:
+        raise ConfigError(f"cannot build model '{cfg.name}' from the model section: {error}.") from None
+
+
+def build_dataset(cfg: DictConfig) -> NodeDataset:
+    """Load the dataset of the ``data`` section.
+
+    Raises:
+        ConfigError: unknown dataset name or option (the message lists the valid ones).
+        graphfuse.data.DatasetNotFoundError: the files are absent and cannot be downloaded.
+    """
+    try:
+        valid = dataset_options(cfg.name)
+    except ValueError as error:
+        raise ConfigError(f"invalid value for 'data.name': {error}.") from None
+    options = OmegaConf.to_container(cfg.options, resolve=True)
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        listing = ", ".join(valid) or "(none)"
+        raise ConfigError(
+            f"unknown option(s) {', '.join(f'data.options.{k}' for k in unknown)} for dataset '{cfg.name}'; "
+            f"valid options are: {listing}."
+        )
+    return load_dataset(cfg.name, cfg.root, normalize_features=cfg.normalize_features, **options)

@@ -1,0 +1,282 @@
+"""The config schema and its composition from YAML files and command-line overrides.
+
+A run's config is ``OmegaConf.merge`` of, in order: the structured schema below (types and defaults),
+``configs/defaults.yaml``, the chosen group files (``configs/data/<name>.yaml`` under ``data``,
+``configs/model/<name>.yaml`` under ``model``, ``configs/trainer/<name>.yaml`` under ``trainer``), the
+experiment file ``configs/experiment/<name>.yaml`` and the command-line dotlist. Group choices come from the
+``defaults:`` mapping of defaults.yaml, then of the experiment file, then from command-line items such as
+``model=gat``; ``experiment=gat_cora`` chooses the experiment. Every other item is a dotlist override
+(``model.hidden=64``). The schema is strict: an unknown key or a value of the wrong type raises
+:class:`ConfigError` naming the key and listing the valid ones.
+
+Only trainers/ sees this config; trainers/build.py turns each section into plain constructor arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
+
+GROUPS = ("data", "model", "trainer")
+"""Config groups: a YAML file per choice under configs/<group>/, merged into the section of that name."""
+
+
+class ConfigError(ValueError):
+    """A config that cannot be composed or validated; the message is one paragraph meant for the user."""
+
+
+@dataclass
+class DataConfig:
+    """Which dataset to load and how (``graphfuse.data.load_dataset`` arguments)."""
+
+    name: str = "cora"
+    root: str | None = None
+    normalize_features: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ModelConfig:
+    """The model (``graphfuse.nn.MODELS`` or a ``pyg_*`` reference twin) and its hyper-parameters.
+
+    ``heads``/``out_heads``/``attn_dropout`` apply to GAT models, ``aggr`` to GraphSAGE; ``backend`` is the
+    aggregation engine backend of every layer (``"auto"`` lets the engine choose).
+    """
+
+    name: str = "gcn"
+    hidden: int = 16
+    num_layers: int = 2
+    dropout: float = 0.5
+    activation: str = "relu"
+    norm: str | None = None
+    heads: int = 8
+    out_heads: int = 1
+    attn_dropout: float = 0.6
+    aggr: str = "mean"
+    backend: str = "auto"
+
+
+@dataclass
+class OptimConfig:
+    """Adam's learning rate and L2 weight decay."""
+
+    lr: float = 0.01
+    weight_decay: float = 5e-4
+
+
+@dataclass
+class TrainerConfig:
+    """Lightning Trainer settings plus early stopping, resume and progress display.
+
+    ``patience`` is the number of epochs without a better ``val/acc`` before stopping; 0 or None turns early
+    stopping off. ``resume`` continues from ``<output_dir>/checkpoints/last.ckpt``.
+    """
+
+    max_epochs: int = 200
+    patience: int | None = 0
+    accelerator: str = "auto"
+    devices: int = 1
+    deterministic: bool = False
+    resume: bool = False
+    progress_bar: bool = True
+    model_summary: bool = True
+    log_every_n_steps: int = 1
+    precision: str = "32"
+
+
+@dataclass
+class LoggerConfig:
+    """Experiment loggers: CSV always; Weights & Biases when ``wandb`` is true and the package is installed."""
+
+    wandb: bool = True
+    wandb_mode: str = "offline"
+    project: str = "graphfuse"
+    name: str | None = None
+
+
+@dataclass
+class Config:
+    """A full training run. ``output_dir`` defaults to ``runs/<experiment>/seed<seed>``."""
+
+    experiment: str = "gcn_cora"
+    seed: int = 0
+    output_dir: str | None = None
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+
+
+_CHOICES = {"wandb_mode": ("offline", "online", "disabled"), "norm": (None, "batch", "layer")}
+
+
+def config_dir() -> Path:
+    """The directory holding defaults.yaml and the group folders: configs/ beside trainers/ — the repository's
+    configs/ in a source or editable install, the ``graphfuse.configs`` package data in a wheel install."""
+    return Path(__file__).resolve().parent.parent / "configs"
+
+
+def available(group: str) -> list[str]:
+    """Names of the YAML files of ``group`` (``"data"``, ``"model"``, ``"trainer"`` or ``"experiment"``)."""
+    return sorted(p.stem for p in (config_dir() / group).glob("*.yaml"))
+
+
+def _schema_keys(path: str) -> list[str]:
+    node = OmegaConf.structured(Config)
+    if path:
+        node = OmegaConf.select(node, path)
+    return list(node.keys()) if isinstance(node, DictConfig) else []
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
+
+
+def _merge(cfg: DictConfig, other: Any, source: str) -> DictConfig:
+    """``OmegaConf.merge`` turning omegaconf's errors into one-paragraph :class:`ConfigError` messages."""
+    try:
+        return OmegaConf.merge(cfg, other)
+    except ConfigKeyError as error:
+        full_key = getattr(error, "full_key", None) or ""
+        parent, _, _key = full_key.rpartition(".")
+        section = f"section '{parent}'" if parent else "the top level"
+        valid = ", ".join(_schema_keys(parent)) or "(none: it is a value, not a section)"
+        raise ConfigError(
+            f"unknown config key '{full_key}' (from {source}); valid keys of {section} are: {valid}."
+        ) from None
+    except ValidationError as error:
+        full_key = getattr(error, "full_key", None) or "?"
+        raise ConfigError(f"invalid value for '{full_key}' (from {source}): {_first_line(error)}.") from None
+    except OmegaConfBaseException as error:
+        raise ConfigError(f"cannot apply {source}: {_first_line(error)}.") from None
+
+
+def _load_yaml(path: Path, what: str) -> DictConfig:
+    try:
+        loaded = OmegaConf.load(path)
+    except (OSError, yaml.YAMLError, OmegaConfBaseException) as error:
+        raise ConfigError(f"cannot read {what} {path}: {_first_line(error)}.") from None
+    if not isinstance(loaded, DictConfig):
+        raise ConfigError(f"{what} {path} must hold a mapping; got {type(loaded).__name__}.")
+    return loaded
+
+
+def _group_file(group: str, name: str) -> Path:
+    path = config_dir() / group / f"{name}.yaml"
+    if not path.is_file():
+        choices = ", ".join(available(group)) or "(none)"
+        raise ConfigError(f"unknown {group} '{name}': no file {path}; available {group} choices are: {choices}.")
+    return path
+
+
+def _pop_defaults(node: DictConfig, source: str) -> dict[str, str]:
+    if "defaults" not in node:
+        return {}
+    defaults = node.pop("defaults")
+    if not isinstance(defaults, DictConfig) or any(k not in GROUPS for k in defaults):
+        raise ConfigError(
+            f"'defaults' of {source} must be a mapping from group to choice with groups among {', '.join(GROUPS)}; "
+            f"got {OmegaConf.to_container(defaults) if OmegaConf.is_config(defaults) else defaults!r}."
+        )
+    return {str(k): str(v) for k, v in defaults.items()}
+
+
+def split_overrides(overrides: Iterable[str]) -> tuple[dict[str, str], list[str]]:
+    """Split command-line items into group/experiment choices and dotlist overrides.
+
+    Raises:
+        ConfigError: an item is not of the form ``key=value``.
+    """
+    choices: dict[str, str] = {}
+    dotlist: list[str] = []
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(
+                f"bad override '{item}': every item must be key=value, e.g. experiment=gat_cora, model=gat or "
+                "model.hidden=64."
+            )
+        key = key.strip()
+        if key in GROUPS or key == "experiment":
+            choices[key] = value.strip()
+        else:
+            dotlist.append(f"{key}={value}")
+    return choices, dotlist
+
+
+def _validate(cfg: DictConfig) -> None:
+    for section, key in (("logger", "wandb_mode"), ("model", "norm")):
+        value = cfg[section][key]
+        if value not in _CHOICES[key]:
+            valid = ", ".join("null" if c is None else c for c in _CHOICES[key])
+            raise ConfigError(f"invalid value for '{section}.{key}': {value!r}; valid values are: {valid}.")
+    for key in ("max_epochs", "devices", "log_every_n_steps"):
+        if cfg.trainer[key] < 1:
+            raise ConfigError(f"invalid value for 'trainer.{key}': {cfg.trainer[key]}; it must be >= 1.")
+    if cfg.trainer.patience is not None and cfg.trainer.patience < 0:
+        raise ConfigError(f"invalid value for 'trainer.patience': {cfg.trainer.patience}; use 0 or null for off.")
+
+
+def load_config(overrides: Iterable[str] = ()) -> DictConfig:
+    """Compose a run's config from the YAML files and ``overrides`` (command-line items).
+
+    Args:
+        overrides: items ``group=choice`` (``data``, ``model``, ``trainer``), ``experiment=name`` or dotlist
+            ``key.sub=value``.
+
+    Returns:
+        The merged, schema-typed config (struct mode: unknown keys are rejected).
+
+    Raises:
+        ConfigError: unknown key, wrong type, unknown group choice or experiment, malformed item.
+
+    Example:
+        >>> cfg = load_config(["experiment=gat_cora", "model.hidden=16", "trainer.max_epochs=50"])
+    """
+    choices, dotlist = split_overrides(list(overrides))
+    root = config_dir()
+    base = _load_yaml(root / "defaults.yaml", "defaults file")
+    groups = _pop_defaults(base, "defaults.yaml")
+    experiment = choices.get("experiment", base.get("experiment", "gcn_cora"))
+    exp_path = _group_file("experiment", experiment)
+    exp_cfg = _load_yaml(exp_path, "experiment file")
+    groups.update(_pop_defaults(exp_cfg, f"experiment '{experiment}'"))
+    groups.update({k: v for k, v in choices.items() if k in GROUPS})
+
+    cfg = OmegaConf.structured(Config)
+    cfg = _merge(cfg, base, "defaults.yaml")
+    for group in GROUPS:
+        if group in groups:
+            path = _group_file(group, groups[group])
+            cfg = _merge(cfg, {group: _load_yaml(path, f"{group} file")}, f"{group}/{path.name}")
+    cfg = _merge(cfg, exp_cfg, f"experiment/{exp_path.name}")
+    cfg = _merge(cfg, {"experiment": experiment}, "the experiment choice")
+    for item in dotlist:
+        key = item.partition("=")[0]
+        if "." not in key and _schema_keys(key):
+            raise ConfigError(
+                f"bad override '{item}': '{key}' is a section, not a value; set its keys as {key}.<key>=value "
+                f"with <key> one of: {', '.join(_schema_keys(key))}."
+            )
+    try:
+        cli = OmegaConf.from_dotlist(dotlist)
+    except OmegaConfBaseException as error:
+        raise ConfigError(f"cannot parse overrides {dotlist}: {_first_line(error)}.") from None
+    cfg = _merge(cfg, cli, "the command line")
+    _validate(cfg)
+    OmegaConf.set_struct(cfg, True)
+    return cfg
+
+
+def resolved_output_dir(cfg: DictConfig) -> Path:
+    """``cfg.output_dir``, or ``runs/<experiment>/seed<seed>`` when unset."""
+    if cfg.output_dir:
+        return Path(cfg.output_dir)
+    return Path("runs") / cfg.experiment / f"seed{cfg.seed}"

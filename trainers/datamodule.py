@@ -1,0 +1,115 @@
+"""Full-graph training data: the whole graph is the one batch of every epoch and every stage.
+
+The batch (features, labels, :class:`graphfuse.Graph`, split masks) is built once in ``setup`` and moved to
+the device once; every later epoch reuses the same device-resident batch, so the Graph's caches (CSR/CSC,
+``gcn_norm``, ...) are built on the first epoch and reused ever after.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader
+
+from graphfuse.data import NodeDataset
+from graphfuse.graph import Graph
+
+
+@dataclass(frozen=True)
+class FullGraphBatch:
+    """One full graph with its labels and split masks.
+
+    Shapes:
+        x: (N, F); y: (N,); graph: Graph of N nodes; train_mask, val_mask, test_mask: (N,) bool.
+    """
+
+    x: Tensor
+    y: Tensor
+    graph: Graph
+    train_mask: Tensor
+    val_mask: Tensor
+    test_mask: Tensor
+
+    @property
+    def device(self) -> torch.device:
+        return self.x.device
+
+    def mask(self, stage: str) -> Tensor:
+        """The mask of ``stage`` (``"train"``, ``"val"`` or ``"test"``)."""
+        return getattr(self, f"{stage}_mask")
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> FullGraphBatch:
+        """The batch on ``device`` (the Graph's cached formats move along)."""
+        def move(t: Tensor) -> Tensor:
+            return t.to(device, non_blocking=non_blocking)
+
+        return FullGraphBatch(
+            x=move(self.x), y=move(self.y), graph=self.graph.to(device, non_blocking=non_blocking),
+            train_mask=move(self.train_mask), val_mask=move(self.val_mask), test_mask=move(self.test_mask),
+        )
+
+
+def _identity(batch: FullGraphBatch) -> FullGraphBatch:
+    return batch
+
+
+class FullGraphDataModule(pl.LightningDataModule):
+    """Serve ``dataset`` as a single full-graph batch to the train, val and test loops.
+
+    Args:
+        dataset: the loaded node-classification dataset.
+    """
+
+    def __init__(self, dataset: NodeDataset) -> None:
+        super().__init__()
+        self.dataset = dataset
+        self.batch: FullGraphBatch | None = None
+        self._device_batch: FullGraphBatch | None = None
+
+    @property
+    def num_features(self) -> int:
+        return self.dataset.num_features
+
+    @property
+    def num_classes(self) -> int:
+        return self.dataset.num_classes
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.batch is not None:
+            return
+        ds = self.dataset
+        self.batch = FullGraphBatch(
+            x=ds.x, y=ds.y, graph=Graph(ds.edge_index, num_nodes=ds.num_nodes),
+            train_mask=ds.train_mask, val_mask=ds.val_mask, test_mask=ds.test_mask,
+        )
+
+    def _loader(self) -> DataLoader:
+        if self.batch is None:
+            self.setup()
+        return DataLoader([self.batch], batch_size=None, collate_fn=_identity)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader()
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader()
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader()
+
+    def device_batch(self, device: torch.device) -> FullGraphBatch:
+        """The batch on ``device``, moved on the first call and reused after."""
+        if self.batch is None:
+            self.setup()
+        if self._device_batch is None or self._device_batch.device != torch.device(device):
+            self._device_batch = self.batch.to(device)
+        return self._device_batch
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        if isinstance(batch, FullGraphBatch):
+            return self.device_batch(device)
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)

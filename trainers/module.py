@@ -1,0 +1,135 @@
+"""The LightningModule of node classification: loss, metrics and optimiser around a plain ``nn.Module``.
+
+One shared step serves train, val and test: run the model on the full graph, take cross-entropy on that
+stage's mask and log ``{stage}/loss``, ``{stage}/acc`` and ``{stage}/f1_micro`` (plus ogb's official metric,
+``{stage}/ogb_<metric>``, for ogbn-* datasets). ``train/epoch_time`` is the wall time of each training epoch
+(forward, backward and optimiser step; validation excluded).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
+from torchmetrics.functional.classification import multiclass_accuracy, multiclass_f1_score
+
+from graphfuse.trainers.datamodule import FullGraphBatch
+
+STAGES = ("train", "val", "test")
+
+
+class NodeClassifier(pl.LightningModule):
+    """Train ``model`` to classify nodes with cross-entropy and Adam.
+
+    Args:
+        model: ``model(x, graph) -> logits``.
+        num_classes: number of classes C.
+        lr: Adam's learning rate.
+        weight_decay: Adam's L2 weight decay.
+        ogb_name: the OGB dataset name (e.g. ``"ogbn-arxiv"``) to also score with ogb's ``Evaluator``.
+        config: the resolved run config (plain dict), stored in the checkpoints' hyper-parameters.
+
+    Shapes:
+        batch.x: (N, F); batch.y: (N,); logits: (N, C).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        num_classes: int,
+        lr: float = 0.01,
+        weight_decay: float = 5e-4,
+        ogb_name: str | None = None,
+        config: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters(ignore=["model"])
+        self.model = model
+        self.num_classes = num_classes
+        self.lr = lr
+        self.weight_decay = weight_decay
+        self.metrics = nn.ModuleDict()
+        for stage in STAGES:
+            self.metrics[f"{stage}_acc"] = MulticlassAccuracy(num_classes, average="micro")
+            self.metrics[f"{stage}_f1_micro"] = MulticlassF1Score(num_classes, average="micro")
+        self.evaluator = None
+        if ogb_name is not None:
+            from ogb.nodeproppred import Evaluator
+
+            self.evaluator = Evaluator(name=ogb_name)
+        self._epoch_start = 0.0
+        self.last_epoch_time = float("nan")
+        self.epoch_times: list[float] = []
+        self.first_epoch: int | None = None
+
+    def forward(self, x: Tensor, graph: Any) -> Tensor:
+        return self.model(x, graph)
+
+    def _shared_step(self, batch: FullGraphBatch, stage: str) -> Tensor:
+        logits = self(batch.x, batch.graph)
+        mask = batch.mask(stage)
+        logits, target = logits[mask], batch.y[mask]
+        loss = F.cross_entropy(logits, target)
+        pred = logits.argmax(dim=-1)
+        log = {"on_step": False, "on_epoch": True, "batch_size": 1}
+        self.log(f"{stage}/loss", loss, prog_bar=stage == "train", **log)
+        for name in ("acc", "f1_micro"):
+            metric = self.metrics[f"{stage}_{name}"]
+            metric.update(pred, target)
+            self.log(f"{stage}/{name}", metric, prog_bar=stage == "val" and name == "acc", **log)
+        if self.evaluator is not None:
+            result = self.evaluator.eval(
+                {"y_true": target.unsqueeze(-1).cpu(), "y_pred": pred.unsqueeze(-1).cpu()}
+            )
+            metric = self.evaluator.eval_metric
+            self.log(f"{stage}/ogb_{metric}", float(result[metric]), **log)
+        return loss
+
+    def training_step(self, batch: FullGraphBatch, batch_idx: int) -> Tensor:
+        return self._shared_step(batch, "train")
+
+    def validation_step(self, batch: FullGraphBatch, batch_idx: int) -> Tensor:
+        return self._shared_step(batch, "val")
+
+    def test_step(self, batch: FullGraphBatch, batch_idx: int) -> Tensor:
+        return self._shared_step(batch, "test")
+
+    def on_train_start(self) -> None:
+        self.first_epoch = self.current_epoch
+
+    def on_train_epoch_start(self) -> None:
+        self._epoch_start = time.perf_counter()
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.last_epoch_time = time.perf_counter() - self._epoch_start
+
+    def on_train_epoch_end(self) -> None:
+        self.epoch_times.append(self.last_epoch_time)
+        self.log("train/epoch_time", self.last_epoch_time, on_step=False, on_epoch=True, batch_size=1)
+
+    @torch.no_grad()
+    def evaluate(self, batch: FullGraphBatch) -> dict[str, float]:
+        """Loss, accuracy and F1-micro of every split in eval mode: ``{"train/acc": ..., "test/loss": ...}``."""
+        was_training = self.training
+        self.eval()
+        logits = self(batch.x, batch.graph)
+        self.train(was_training)
+        out: dict[str, float] = {}
+        for stage in STAGES:
+            mask = batch.mask(stage)
+            target = batch.y[mask]
+            pred = logits[mask].argmax(dim=-1)
+            out[f"{stage}/loss"] = float(F.cross_entropy(logits[mask], target))
+            out[f"{stage}/acc"] = float(multiclass_accuracy(pred, target, self.num_classes, average="micro"))
+            out[f"{stage}/f1_micro"] = float(multiclass_f1_score(pred, target, self.num_classes, average="micro"))
+        return out
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.parameters(), lr=self.lr, weight_decay=self.weight_decay)

@@ -1,0 +1,252 @@
+"""One training run from a composed config: data, model, Lightning Trainer, checkpoints, logs, metrics.json.
+
+The run directory (``output_dir``, default ``runs/<experiment>/seed<seed>``) holds::
+
+    config.yaml              the resolved config
+    checkpoints/best-*.ckpt  best val/acc;  checkpoints/last.ckpt  the latest epoch (what resume reads)
+    logs/version_*/          CSV logs (metrics.csv: one row per epoch and stage)
+    metrics.json             final train/val/test metrics of the best checkpoint, best epoch, timings, device
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import shutil
+import sys
+import time
+import warnings
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint, RichProgressBar
+from lightning.pytorch.loggers import CSVLogger, Logger
+from omegaconf import DictConfig, OmegaConf
+
+import graphfuse
+from graphfuse.trainers.build import build_dataset, build_model
+from graphfuse.trainers.config import ConfigError, resolved_output_dir
+from graphfuse.trainers.datamodule import FullGraphDataModule
+from graphfuse.trainers.module import STAGES, NodeClassifier
+
+log = logging.getLogger(__name__)
+
+MONITOR = "val/acc"
+_warned_no_wandb = False
+
+
+class EpochPrinter(Callback):
+    """Print one line per epoch (epoch, train loss, val loss and accuracy, epoch time): logs and CI output."""
+
+    def __init__(self, stream: Any = None) -> None:
+        self.stream = stream
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        metrics = trainer.callback_metrics
+
+        def value(key: str) -> str:
+            return f"{float(metrics[key]):.4f}" if key in metrics else "-"
+
+        seconds = getattr(pl_module, "last_epoch_time", float("nan"))
+        print(
+            f"epoch {trainer.current_epoch:>4d}/{trainer.max_epochs}  train/loss {value('train/loss')}  "
+            f"val/loss {value('val/loss')}  val/acc {value('val/acc')}  time {seconds * 1e3:.1f} ms",
+            file=self.stream or sys.stdout,
+            flush=True,
+        )
+
+
+def _loggers(cfg: DictConfig, out: Path, resolved: dict[str, Any]) -> list[Logger]:
+    global _warned_no_wandb
+    loggers: list[Logger] = [CSVLogger(save_dir=str(out), name="logs")]
+    if not cfg.logger.wandb or cfg.logger.wandb_mode == "disabled":
+        return loggers
+    try:
+        import wandb  # noqa: F401
+    except ImportError:
+        if not _warned_no_wandb:
+            log.warning(
+                "logger.wandb=true but wandb is not installed (pip install 'graphfuse[wandb]'); "
+                "logging to CSV only. Set logger.wandb=false to silence this."
+            )
+            _warned_no_wandb = True
+        return loggers
+    from lightning.pytorch.loggers import WandbLogger
+
+    loggers.append(
+        WandbLogger(
+            project=cfg.logger.project,
+            name=cfg.logger.name or f"{cfg.experiment}-seed{cfg.seed}",
+            save_dir=str(out),
+            offline=cfg.logger.wandb_mode == "offline",
+            mode=cfg.logger.wandb_mode,
+            config=resolved,
+        )
+    )
+    return loggers
+
+
+def _prepare_checkpoints(cfg: DictConfig, ckpt_dir: Path) -> Path | None:
+    """The checkpoint to resume from (``trainer.resume``), or None after clearing old checkpoints."""
+    last = ckpt_dir / "last.ckpt"
+    if cfg.trainer.resume:
+        if not last.is_file():
+            raise ConfigError(
+                f"trainer.resume=true but there is no checkpoint to resume from at {last}; run once without "
+                f"trainer.resume (or point output_dir= at the run to continue)."
+            )
+        return last
+    if ckpt_dir.is_dir() and any(ckpt_dir.iterdir()):
+        log.warning("%s holds checkpoints of an earlier run; removing them and starting fresh "
+                    "(trainer.resume=true continues that run instead)", ckpt_dir)
+        shutil.rmtree(ckpt_dir)
+    return None
+
+
+def device_name(device: torch.device) -> str:
+    """A readable name of ``device``: the GPU model, or the CPU's architecture and core count."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    cpu = platform.processor() or platform.machine()
+    return f"cpu ({cpu}, {os.cpu_count()} cores)"
+
+
+def _summary(metrics: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{metrics['experiment']}, seed {metrics['seed']}")
+    for column in ("split", "loss", "acc", "f1_micro"):
+        table.add_column(column, justify="left" if column == "split" else "right")
+    for stage in STAGES:
+        row = metrics[stage]
+        table.add_row(stage, f"{row['loss']:.4f}", f"{row['acc']:.4f}", f"{row['f1_micro']:.4f}")
+    console = Console()
+    console.print(table)
+    console.print(
+        f"best checkpoint: epoch {metrics['best_epoch']} (val/acc {metrics['best_val_acc']:.4f}); "
+        f"{metrics['epochs_run']} epochs, {metrics['wall_time_s']:.1f} s wall, "
+        f"{metrics['mean_epoch_time_s'] * 1e3:.1f} ms per training epoch on {metrics['device']}\n"
+        f"run directory: {metrics['output_dir']}",
+        highlight=False, soft_wrap=True,
+    )
+
+
+def _trainer(**kwargs: Any) -> pl.Trainer:
+    """``pl.Trainer(**kwargs)``, reporting settings Lightning rejects (accelerator, precision, ...) as a ConfigError."""
+    try:
+        return pl.Trainer(**kwargs)
+    except (MisconfigurationException, ValueError, RuntimeError, ImportError) as error:
+        raise ConfigError(f"invalid trainer settings: {error}") from None
+
+
+def train(cfg: DictConfig, *, verbose: bool = True) -> dict[str, Any]:
+    """Train, checkpoint and test the run ``cfg`` describes; write its run directory.
+
+    Args:
+        cfg: a config from :func:`graphfuse.trainers.config.load_config`.
+        verbose: show progress (a rich bar on a terminal when ``trainer.progress_bar``, else a line per epoch)
+            and the final summary table; False prints nothing (batch runs such as scripts/reproduce.py).
+
+    Returns:
+        The content of metrics.json.
+
+    Raises:
+        ConfigError: invalid model, dataset or trainer settings, or ``trainer.resume`` without a checkpoint.
+        graphfuse.data.DatasetNotFoundError: the dataset's files are absent and cannot be downloaded.
+    """
+    start = time.perf_counter()
+    out = resolved_output_dir(cfg).resolve()
+    ckpt_dir = out / "checkpoints"
+    resume_from = _prepare_checkpoints(cfg, ckpt_dir)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    resolved["output_dir"] = str(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.yaml").write_text(OmegaConf.to_yaml(resolved))
+    (out / "metrics.json").unlink(missing_ok=True)
+
+    checkpoint = ModelCheckpoint(dirpath=str(ckpt_dir), filename="best-{epoch:03d}", monitor=MONITOR, mode="max",
+                                 save_top_k=1, save_last=True, auto_insert_metric_name=True)
+    callbacks: list[Callback] = [checkpoint]
+    stopper = EarlyStopping(monitor=MONITOR, mode="max", patience=cfg.trainer.patience or 1)
+    if cfg.trainer.patience:
+        callbacks.append(stopper)
+    use_bar = verbose and cfg.trainer.progress_bar and sys.stdout.isatty()
+    if use_bar:
+        callbacks.append(RichProgressBar())
+    elif verbose:
+        callbacks.append(EpochPrinter())
+    trainer = _trainer(
+        max_epochs=cfg.trainer.max_epochs,
+        accelerator=cfg.trainer.accelerator,
+        devices=cfg.trainer.devices,
+        deterministic=cfg.trainer.deterministic,
+        precision=cfg.trainer.precision,
+        logger=_loggers(cfg, out, resolved),
+        callbacks=callbacks,
+        enable_progress_bar=use_bar,
+        enable_model_summary=verbose and cfg.trainer.model_summary,
+        log_every_n_steps=cfg.trainer.log_every_n_steps,
+        num_sanity_val_steps=0,
+        default_root_dir=str(out),
+    )
+
+    pl.seed_everything(cfg.seed, workers=True, verbose=False)
+    dataset = build_dataset(cfg.data)
+    model = build_model(cfg.model, dataset.num_features, dataset.num_classes)
+    module = NodeClassifier(model, dataset.num_classes, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay,
+                            ogb_name=dataset.ogb_name, config=resolved)
+    datamodule = FullGraphDataModule(dataset)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+        warnings.filterwarnings("ignore", message=".*is smaller than the logging interval.*")
+        warnings.filterwarnings("ignore", message=".*LeafSpec.*is deprecated.*")
+        warnings.filterwarnings("ignore", message="Checkpoint directory .* exists and is not empty")
+        trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume_from) if resume_from else None)
+        epochs_run = trainer.current_epoch
+        first_epoch = module.first_epoch if module.first_epoch is not None else epochs_run
+        stopped_early = stopper.stopped_epoch > 0  # read now: testing restores callback states from "best"
+        trainer.test(module, datamodule=datamodule, ckpt_path="best", verbose=False)
+
+    device = trainer.strategy.root_device
+    module.to(device)
+    final = module.evaluate(datamodule.device_batch(device))
+    best_path = checkpoint.best_model_path
+    best_epoch = torch.load(best_path, map_location="cpu", weights_only=False)["epoch"]
+    epoch_times = module.epoch_times
+    metrics: dict[str, Any] = {
+        "experiment": cfg.experiment,
+        "seed": cfg.seed,
+        "dataset": cfg.data.name,
+        "model": cfg.model.name,
+        **{stage: {k.split("/")[1]: v for k, v in final.items() if k.startswith(f"{stage}/")} for stage in STAGES},
+        "best_epoch": best_epoch,
+        "best_val_acc": float(checkpoint.best_model_score),
+        "epochs_run": epochs_run,
+        "epochs_this_run": epochs_run - first_epoch,
+        "max_epochs": cfg.trainer.max_epochs,
+        "stopped_early": stopped_early,
+        "resumed_from": str(resume_from) if resume_from else None,
+        "wall_time_s": time.perf_counter() - start,
+        "mean_epoch_time_s": sum(epoch_times) / len(epoch_times) if epoch_times else 0.0,
+        "device": device_name(device),
+        "versions": {
+            "graphfuse": graphfuse.__version__,
+            "torch": torch.__version__,
+            "lightning": pl.__version__,
+            "python": platform.python_version(),
+        },
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "output_dir": str(out),
+        "best_checkpoint": best_path,
+    }
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    if verbose:
+        _summary(metrics)
+    return metrics

@@ -1,6 +1,12 @@
-"""The aggregation engine: public ops, the backend dispatcher, and the reference backend."""
+"""The aggregation engine: public ops, the backend dispatcher, the reference backend, and the CUDA kernel
+backends (registered on import; they need CuPy only when they run)."""
 
-from graphfuse.engine import reference
+from graphfuse.engine import (
+    autograd,  # noqa: F401 - registers the gespmm / gar / gas CUDA backends
+    graph_stage,  # noqa: F401 - registers the fused CUDA graph-processing stage
+    reference,  # noqa: F401 - registers the "reference" backend
+)
+from graphfuse.engine.attention import gat_aggregate, gat_attention, gat_scores
 from graphfuse.engine.dispatcher import (
     Backend,
     get_default_backend,
@@ -12,17 +18,8 @@ from graphfuse.engine.dispatcher import (
 )
 from graphfuse.engine.functional import REDUCES, aggregate, edge_softmax, sddmm
 
-register_backend(
-    Backend(
-        name="reference",
-        ops={"aggregate": reference.aggregate, "sddmm": reference.sddmm, "edge_softmax": reference.edge_softmax},
-        devices=frozenset({"cpu", "cuda"}),
-        deterministic_on=frozenset({"cpu"}),
-        priority=-100,
-    )
-)
-
 __all__ = [
-    "REDUCES", "Backend", "aggregate", "edge_softmax", "get_default_backend", "register_backend",
-    "registered_backends", "resolve", "sddmm", "set_default_backend", "use_backend",
+    "REDUCES", "Backend", "aggregate", "edge_softmax", "gat_aggregate", "gat_attention", "gat_scores",
+    "get_default_backend", "register_backend", "registered_backends", "resolve", "sddmm", "set_default_backend",
+    "use_backend",
 ]

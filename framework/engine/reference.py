@@ -10,9 +10,9 @@ Shapes:
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
+from graphfuse.engine.dispatcher import Backend, register_backend
 from graphfuse.graph import Graph
 
 
@@ -60,3 +60,14 @@ def edge_softmax(graph: Graph, scores: Tensor) -> Tensor:
     exp = (scores - row_max.index_select(0, dst)).exp()
     denom = exp.new_zeros(graph.num_dst, *scores.shape[1:]).index_add(0, dst, exp)
     return exp / denom.index_select(0, dst)
+
+
+register_backend(
+    Backend(
+        name="reference",
+        ops={"aggregate": aggregate, "sddmm": sddmm, "edge_softmax": edge_softmax},
+        devices=frozenset({"cpu", "cuda"}),
+        deterministic_on=frozenset({"cpu"}),
+        priority=-100,
+    )
+)

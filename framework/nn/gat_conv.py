@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from graphfuse.engine import aggregate, edge_softmax
+from graphfuse.engine import gat_aggregate, gat_scores
 from graphfuse.graph import Graph, add_remaining_self_loops
 from graphfuse.nn.inits import glorot_
 from graphfuse.nn.inputs import GraphLike, as_graph, check_features
@@ -16,10 +15,11 @@ class GATConv(nn.Module):
     """``x'_i = ‖_h Σ_{j ∈ N(i) ∪ {i}} α^h_ij W^h x_j + b``, with
     ``α^h_ij = softmax_j(LeakyReLU(a_src^h · W^h x_j + a_dst^h · W^h x_i))`` — Veličković et al., ICLR 2018.
 
-    The two attention terms are per-node products ``(x W) · a`` (an N × 2H computation); only their per-edge
-    sum is an (E, H) tensor. :func:`graphfuse.edge_softmax` normalises it over each target's in-edges and
-    :func:`graphfuse.aggregate` takes the per-head weighted sum of the (N, H, C) features, so no (E, H, C)
-    message tensor is built here. Self-loops (one per node, existing ones replaced) are cached on the
+    The two attention terms are per-node products ``(x W) · a`` (an N × 2H computation);
+    :func:`graphfuse.engine.gat_aggregate` turns them into per-edge coefficients (LeakyReLU, edge softmax,
+    attention dropout) and takes the per-head weighted sum of the (N, H, C) features — fused CUDA kernels on
+    GPU, :func:`graphfuse.edge_softmax` + :func:`graphfuse.aggregate` elsewhere — so no (E, H, C) message
+    tensor is built. Self-loops (one per node, existing ones replaced) are cached on the
     :class:`~graphfuse.Graph` under ``("add_remaining_self_loops", 1.0)``. Edge weights of the graph are
     ignored, as in PyG. Matches ``torch_geometric.nn.GATConv`` (same parameter names and initialisation).
 
@@ -89,13 +89,9 @@ class GATConv(nn.Module):
         check_features("GATConv", x, self.in_channels)
         graph = self.with_self_loops(as_graph("GATConv", x, graph, square=True))
         h = self.lin(x).view(-1, self.heads, self.out_channels)
-        alpha_src = (h * self.att_src).sum(-1)
-        alpha_dst = (h * self.att_dst).sum(-1)
-        src, dst = graph.edge_index
-        scores = F.leaky_relu(alpha_src[src] + alpha_dst[dst], self.negative_slope)
-        alpha = edge_softmax(graph, scores, backend=self.backend)
-        alpha = F.dropout(alpha, p=self.dropout, training=self.training)
-        out = aggregate(graph, h, edge_weight=alpha, reduce="sum", backend=self.backend)
+        alpha_src, alpha_dst = gat_scores(h, self.att_src, self.att_dst, backend=self.backend)
+        out = gat_aggregate(graph, h, alpha_src, alpha_dst, negative_slope=self.negative_slope,
+                            dropout=self.dropout, training=self.training, backend=self.backend)
         out = out.reshape(-1, self.heads * self.out_channels) if self.concat else out.mean(dim=1)
         return out if self.bias is None else out + self.bias
 

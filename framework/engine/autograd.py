@@ -1,0 +1,360 @@
+"""Autograd Functions over the CUDA kernels, and the ``gespmm`` / ``gas`` / ``gar`` engine backends.
+
+Layering: kernels/ launchers → the ``torch.autograd.Function``s here → the public ops of
+:mod:`graphfuse.engine.functional` (through the dispatcher) → layers. Gradients:
+
+- features: aggregation over the cached transpose (CSC, with the weights permuted to CSC order once per
+  weight tensor and cached);
+- edge weights: an SDDMM-style per-edge dot product ``<grad_out[dst], x[src]>`` written in COO order;
+- mean: the output gradient pre-scaled by 1 / in-degree, then as sum;
+- max/min: through the argmax/argmin saved by the forward pass (an entry gets the gradient of column k only
+  where it was the chosen one; ties go to the first entry in CSR order).
+
+Backends (all CUDA-only, float32/float64):
+
+- ``gespmm``: GE-SpMM forward, GE-SpMM on CSC for the feature gradient, GAR's SDDMM pass for the edge-weight
+  gradient. Deterministic.
+- ``gar``: fuseGNN's fused GAR: block per target row forward, one fused pass per source row for the feature
+  and edge-weight gradients. Deterministic.
+- ``gas``: fuseGNN's fused GAS: edge-parallel atomics over the unsorted COO list (needs no CSR/CSC), sum and
+  mean; max/min go through the GE-SpMM kernels (an atomic max cannot carry the argmax). Nondeterministic.
+
+``"auto"`` on CUDA (see :func:`choose`): ``gar`` when the edge weights need a gradient (the GAT case) and
+the graph is dense (average in-degree >= 32, where its fused backward pays); ``gas`` for sum/mean on very
+sparse graphs (average in-degree < 2) when no deterministic result is asked for; ``gespmm`` otherwise.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from graphfuse.engine.dispatcher import Backend, register_backend
+from graphfuse.graph import Graph
+from graphfuse.kernels import gar as gar_kernels
+from graphfuse.kernels import gas as gas_kernels
+from graphfuse.kernels import runtime
+from graphfuse.kernels import spmm as spmm_kernels
+
+SUPPORTED_DTYPES = (torch.float32, torch.float64)
+GAR_MIN_DEGREE = 32.0
+GAS_MAX_DEGREE = 2.0
+SMALL_GRAPH_EDGES = 1 << 22
+
+
+# ------------------------------------------------------------------------------------------ graph caches
+def _index32(graph: Graph, fmt: str) -> Tensor:
+    """int32 copy of the CSR ``col`` (fmt="csr") or CSC ``row`` (fmt="csc"), cached on the graph."""
+
+    def build() -> Tensor:
+        bound = graph.num_src if fmt == "csr" else graph.num_dst
+        if bound >= 2**31:
+            raise ValueError(f"aggregate: the CUDA kernels index nodes with int32; got {bound} nodes")
+        return (graph.csr.col if fmt == "csr" else graph.csc.row).to(torch.int32)
+
+    return graph.cached(("kernels", "index32", fmt), build)
+
+
+def _schedule(graph: Graph, fmt: str) -> spmm_kernels.RowSchedule | None:
+    """Row splitting for GE-SpMM: short segments (64 entries) on small graphs, where the longest warp is the
+    critical path of a ~20 us kernel; 256 on large ones, where it only needs to tame hubs."""
+    ptr = graph.csr.rowptr if fmt == "csr" else graph.csc.colptr
+    segment = 64 if graph.num_edges < SMALL_GRAPH_EDGES else 256
+    return graph.cached(("kernels", "schedule", fmt), lambda: spmm_kernels.row_schedule(ptr, segment))
+
+
+def _perm(graph: Graph, fmt: str) -> Tensor:
+    return graph.csr.perm if fmt == "csr" else graph.csc.perm
+
+
+def _permuted(graph: Graph, w: Tensor | None, fmt: str) -> Tensor | None:
+    """Edge weights (COO order) in CSR or CSC order.
+
+    The graph's own ``edge_weight`` (immutable with the graph) is permuted once and cached on the graph in a
+    slot ``{"ref": weakref, "version": int, "value": Tensor}`` under ``("kernels", "permuted", fmt)`` (the
+    fused graph-processing stage pre-fills it); any other weight tensor (attention, gradcheck perturbations
+    through ``.data``, which no version counter sees) is permuted per call, an E-element gather.
+    """
+    if w is None:
+        return None
+    if w is not graph.edge_weight:
+        return w.detach().index_select(0, _perm(graph, fmt)).contiguous()
+    slot = graph.cached(("kernels", "permuted", fmt), dict)
+    ref = slot.get("ref")
+    if ref is not None and ref() is w and slot.get("version") == w._version:
+        return slot["value"]
+    value = w.detach().index_select(0, _perm(graph, fmt)).contiguous()
+    slot.update(ref=weakref.ref(w), version=w._version, value=value)
+    return value
+
+
+def _gas_degree(graph: Graph) -> Tensor:
+    """In-degree by bincount (GAS never builds CSR)."""
+    return graph.cached(("kernels", "gas_degree"),
+                        lambda: torch.bincount(graph.edge_index[1], minlength=graph.num_dst))
+
+
+# ------------------------------------------------------------------------------------------ shapes
+def _flatten(graph: Graph, x: Tensor, w: Tensor | None) -> tuple[Tensor, int]:
+    """x as (N, K) contiguous and the number of weight heads (1 unless w is (E, H))."""
+    heads = w.size(1) if (w is not None and w.dim() == 2) else 1
+    return x.reshape(x.size(0), -1).contiguous(), heads
+
+
+def _check_dtype(name: str, x: Tensor) -> None:
+    if x.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"aggregate: backend {name!r} supports float32 and float64 features; got {x.dtype} "
+                        "(use backend='reference')")
+
+
+# ------------------------------------------------------------------------------------------ functions
+class GespmmAggregate(torch.autograd.Function):
+    """GE-SpMM aggregation; gradients through GE-SpMM on CSC and the SDDMM pass. Deterministic."""
+
+    @staticmethod
+    def forward(ctx: Any, graph: Graph, x: Tensor, w: Tensor | None, reduce: str, heads: int) -> Tensor:
+        csr = graph.csr
+        need_arg = reduce in ("max", "min") and any(ctx.needs_input_grad[1:3])
+        out, arg = spmm_kernels.gespmm(csr.rowptr, _index32(graph, "csr"), x, _permuted(graph, w, "csr"),
+                                       reduce=reduce, heads=heads, schedule=_schedule(graph, "csr"),
+                                       return_arg=need_arg)
+        ctx.graph, ctx.reduce, ctx.heads = graph, reduce, heads
+        ctx.save_for_backward(x, w, arg)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad_out: Tensor) -> tuple:
+        x, w, arg = ctx.saved_tensors
+        graph, reduce, heads = ctx.graph, ctx.reduce, ctx.heads
+        g = _scaled_grad(graph, grad_out, reduce)
+        csc = graph.csc
+        mask = {"edge_id": graph.csr_to_csc, "gather_arg": arg} if arg is not None else {}
+        dx = dw = None
+        if ctx.needs_input_grad[1]:
+            dx, _ = spmm_kernels.gespmm(csc.colptr, _index32(graph, "csc"), g, _permuted(graph, w, "csc"),
+                                        reduce="sum", heads=heads, schedule=_schedule(graph, "csc"), **mask)
+        if w is not None and ctx.needs_input_grad[2]:
+            _, dw = gar_kernels.gar_backward(csc.colptr, _index32(graph, "csc"), g, x, None, heads=heads,
+                                             edge_perm=csc.perm, need_dx=False, need_dw=True, **mask)
+        return None, dx, dw, None, None
+
+
+class GarAggregate(torch.autograd.Function):
+    """fuseGNN GAR aggregation: one fused CSC pass for both gradients. Deterministic."""
+
+    @staticmethod
+    def forward(ctx: Any, graph: Graph, x: Tensor, w: Tensor | None, reduce: str, heads: int) -> Tensor:
+        csr = graph.csr
+        need_arg = reduce in ("max", "min") and any(ctx.needs_input_grad[1:3])
+        out, arg = gar_kernels.gar_forward(csr.rowptr, _index32(graph, "csr"), x, _permuted(graph, w, "csr"),
+                                           reduce=reduce, heads=heads, return_arg=need_arg)
+        ctx.graph, ctx.reduce, ctx.heads = graph, reduce, heads
+        ctx.save_for_backward(x, w, arg)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad_out: Tensor) -> tuple:
+        x, w, arg = ctx.saved_tensors
+        graph, reduce, heads = ctx.graph, ctx.reduce, ctx.heads
+        g = _scaled_grad(graph, grad_out, reduce)
+        csc = graph.csc
+        need_dx = ctx.needs_input_grad[1]
+        need_dw = w is not None and ctx.needs_input_grad[2]
+        if not (need_dx or need_dw):
+            return None, None, None, None, None
+        mask = {"edge_id": graph.csr_to_csc, "gather_arg": arg} if arg is not None else {}
+        dx, dw = gar_kernels.gar_backward(csc.colptr, _index32(graph, "csc"), g, x if need_dw else None,
+                                          _permuted(graph, w, "csc"), heads=heads, edge_perm=csc.perm,
+                                          need_dx=need_dx, need_dw=need_dw, **mask)
+        return None, dx, dw, None, None
+
+
+class GasAggregate(torch.autograd.Function):
+    """fuseGNN GAS aggregation (sum/mean) over the COO edge list with atomics. Nondeterministic."""
+
+    @staticmethod
+    def forward(ctx: Any, graph: Graph, x: Tensor, w: Tensor | None, reduce: str, heads: int) -> Tensor:
+        src, dst = graph.edge_index
+        wc = None if w is None else w.detach().contiguous()
+        out = gas_kernels.gas_forward(src, dst, x, wc, num_dst=graph.num_dst, heads=heads)
+        if reduce == "mean":
+            out = out / _gas_degree(graph).clamp(min=1).to(out.dtype).unsqueeze(1)
+        ctx.graph, ctx.reduce, ctx.heads = graph, reduce, heads
+        ctx.save_for_backward(x, w)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad_out: Tensor) -> tuple:
+        x, w = ctx.saved_tensors
+        graph, reduce, heads = ctx.graph, ctx.reduce, ctx.heads
+        g = grad_out.contiguous()
+        if reduce == "mean":
+            g = g / _gas_degree(graph).clamp(min=1).to(g.dtype).unsqueeze(1)
+        need_dx = ctx.needs_input_grad[1]
+        need_dw = w is not None and ctx.needs_input_grad[2]
+        if not (need_dx or need_dw):
+            return None, None, None, None, None
+        src, dst = graph.edge_index
+        dx, dw = gas_kernels.gas_backward(src, dst, g, x if need_dw else None,
+                                          None if w is None else w.detach().contiguous(), num_src=graph.num_src,
+                                          heads=heads, need_dx=need_dx, need_dw=need_dw)
+        return None, dx, dw, None, None
+
+
+def _scaled_grad(graph: Graph, grad_out: Tensor, reduce: str) -> Tensor:
+    g = grad_out.contiguous()
+    if reduce == "mean":
+        g = g / graph.in_degree.clamp(min=1).to(g.dtype).unsqueeze(1)
+    return g
+
+
+class Sddmm(torch.autograd.Function):
+    """``out[e] = <a[dst_e], b[src_e]>`` per head (GAR's backward pass without the feature gradient)."""
+
+    @staticmethod
+    def forward(ctx: Any, graph: Graph, a: Tensor, b: Tensor, heads: int) -> Tensor:
+        csc = graph.csc
+        _, out = gar_kernels.gar_backward(csc.colptr, _index32(graph, "csc"), a, b, None, heads=heads,
+                                          edge_perm=csc.perm, need_dx=False, need_dw=True)
+        ctx.graph, ctx.heads = graph, heads
+        ctx.save_for_backward(a, b)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: Tensor) -> tuple:
+        a, b = ctx.saved_tensors
+        graph, heads = ctx.graph, ctx.heads
+        grad = grad.contiguous()
+        da = db = None
+        if ctx.needs_input_grad[1]:  # da[dst] = sum_e grad_e * b[src_e]: aggregation over CSR
+            da, _ = spmm_kernels.gespmm(graph.csr.rowptr, _index32(graph, "csr"), b,
+                                        grad.index_select(0, graph.csr.perm).contiguous(), heads=heads,
+                                        schedule=_schedule(graph, "csr"))
+        if ctx.needs_input_grad[2]:  # db[src] = sum_e grad_e * a[dst_e]: aggregation over CSC
+            db, _ = spmm_kernels.gespmm(graph.csc.colptr, _index32(graph, "csc"), a,
+                                        grad.index_select(0, graph.csc.perm).contiguous(), heads=heads,
+                                        schedule=_schedule(graph, "csc"))
+        return None, da, db, None
+
+
+# ------------------------------------------------------------------------------------------ engine ops
+_FUNCTIONS = {"gespmm": GespmmAggregate, "gar": GarAggregate, "gas": GasAggregate}
+
+
+class _NoGradContext:
+    """Stands in for autograd's ctx when no gradient is needed (skips Function.apply's bookkeeping)."""
+
+    needs_input_grad = (False,) * 5
+
+    def save_for_backward(self, *tensors: Any) -> None:
+        pass
+
+
+def _aggregate(name: str, graph: Graph, x: Tensor, edge_weight: Tensor | None, reduce: str) -> Tensor:
+    _check_dtype(name, x)
+    x2, heads = _flatten(graph, x, edge_weight)
+    fn = _FUNCTIONS[name]
+    if name == "gas" and reduce in ("max", "min"):
+        fn = GespmmAggregate
+    if torch.is_grad_enabled() and (x.requires_grad or (edge_weight is not None and edge_weight.requires_grad)):
+        out = fn.apply(graph, x2, edge_weight, reduce, heads)
+    else:
+        out = fn.forward(_NoGradContext(), graph, x2, edge_weight, reduce, heads)
+    return out.view(graph.num_dst, *x.shape[1:])
+
+
+def gespmm_aggregate(graph: Graph, x: Tensor, edge_weight: Tensor | None = None, reduce: str = "sum") -> Tensor:
+    """Engine ``aggregate`` through GE-SpMM (see :func:`graphfuse.aggregate`)."""
+    return _aggregate("gespmm", graph, x, edge_weight, reduce)
+
+
+def gar_aggregate(graph: Graph, x: Tensor, edge_weight: Tensor | None = None, reduce: str = "sum") -> Tensor:
+    """Engine ``aggregate`` through fused GAR (see :func:`graphfuse.aggregate`)."""
+    return _aggregate("gar", graph, x, edge_weight, reduce)
+
+
+def gas_aggregate(graph: Graph, x: Tensor, edge_weight: Tensor | None = None, reduce: str = "sum") -> Tensor:
+    """Engine ``aggregate`` through fused GAS (see :func:`graphfuse.aggregate`); nondeterministic."""
+    return _aggregate("gas", graph, x, edge_weight, reduce)
+
+
+def sddmm(graph: Graph, a: Tensor, b: Tensor, edge_weight: Tensor | None = None) -> Tensor:
+    """Engine ``sddmm`` through the GAR SDDMM kernel (see :func:`graphfuse.sddmm`). Deterministic."""
+    _check_dtype("sddmm", a)
+    heads = a.size(1) if a.dim() == 3 else 1
+    a2 = a.reshape(a.size(0), -1).contiguous()
+    b2 = b.reshape(b.size(0), -1).contiguous().to(a.dtype)
+    out = Sddmm.apply(graph, a2, b2, heads)
+    if edge_weight is None:
+        return out
+    return out * edge_weight.to(out.dtype).view(-1, *([1] * (out.dim() - 1)))
+
+
+def edge_softmax(graph: Graph, scores: Tensor) -> Tensor:
+    """Engine ``edge_softmax`` without atomics: per-target segment reductions over CSR-ordered scores."""
+    if graph.num_edges == 0:
+        return scores.clone()
+    csr = graph.csr
+    lengths = graph.in_degree
+    s = scores.index_select(0, csr.perm)
+    row_max = torch.segment_reduce(s.detach(), "max", lengths=lengths, unsafe=True)
+    e = (s - row_max.index_select(0, csr.row)).exp()
+    denom = torch.segment_reduce(e, "sum", lengths=lengths, unsafe=True)
+    out_csr = e / denom.index_select(0, csr.row)
+    inverse = graph.cached(("kernels", "inverse_csr"), lambda: torch.argsort(csr.perm))
+    return out_csr.index_select(0, inverse)
+
+
+# ------------------------------------------------------------------------------------------ choice
+def choose(graph: Graph, x: Tensor, edge_weight: Tensor | None, reduce: str) -> str | None:
+    """The kernel backend ``"auto"`` prefers for an aggregate call (None: no kernel takes it)."""
+    if x.dtype not in SUPPORTED_DTYPES:
+        return None
+    avg_degree = graph.num_edges / max(1, graph.num_dst)
+    if edge_weight is not None and edge_weight.requires_grad and avg_degree >= GAR_MIN_DEGREE:
+        return "gar"
+    if reduce in ("sum", "mean") and avg_degree < GAS_MAX_DEGREE:
+        return "gas"
+    return "gespmm"
+
+
+def _supports(name: str):
+    def supports(op: str, **call: Any) -> bool:
+        if op == "aggregate":
+            choice = choose(call["graph"], call["x"], call.get("edge_weight"), call["reduce"])
+            # gespmm is the fallback of the others (e.g. when determinism excludes gas).
+            return choice == name or (name == "gespmm" and choice is not None)
+        tensor = call.get("a", call.get("scores"))
+        return name == "gespmm" and tensor is not None and tensor.dtype in SUPPORTED_DTYPES
+
+    return supports
+
+
+def register() -> None:
+    """Register the three kernel backends with the dispatcher (done once at ``import graphfuse``)."""
+    common = {"sddmm": sddmm, "edge_softmax": edge_softmax}
+    for name, fn, deterministic, priority in (
+        ("gas", gas_aggregate, frozenset(), 30),
+        ("gar", gar_aggregate, frozenset({"cuda"}), 20),
+        ("gespmm", gespmm_aggregate, frozenset({"cuda"}), 10),
+    ):
+        register_backend(Backend(
+            name=name,
+            ops={"aggregate": fn, **common},
+            devices=frozenset({"cuda"}),
+            deterministic_on=deterministic,
+            is_available=runtime.is_available,
+            priority=priority,
+            supports=_supports(name),
+        ))
+
+
+register()

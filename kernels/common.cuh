@@ -1,0 +1,76 @@
+// Shared device helpers of the graphfuse kernels: integer types, reduce ops, vector loads, group masks.
+// Included textually by the launchers (kernels/runtime.py inlines it), so NVRTC needs no include path.
+#pragma once
+
+typedef long long i64;
+
+// Reduce ops (template argument REDUCE of the aggregation kernels).
+#define GF_SUM 0
+#define GF_MEAN 1
+#define GF_MAX 2
+#define GF_MIN 3
+
+// Edge-weight modes (template argument WMODE).
+#define GF_W_NONE 0  // every edge weighs 1
+#define GF_W_EDGE 1  // one weight per edge: val[j]
+#define GF_W_HEAD 2  // one weight per edge and head: val[j * H + k / C]
+
+template <typename T> __device__ __forceinline__ T gf_inf();
+template <> __device__ __forceinline__ float gf_inf<float>() { return __int_as_float(0x7f800000); }
+template <> __device__ __forceinline__ double gf_inf<double>() {
+  return __longlong_as_double(0x7ff0000000000000LL);
+}
+
+// Identity of the reduce: 0 for sum/mean, -inf for max, +inf for min.
+template <typename T, int REDUCE> __device__ __forceinline__ T gf_identity() {
+  return REDUCE == GF_MAX ? -gf_inf<T>() : (REDUCE == GF_MIN ? gf_inf<T>() : T(0));
+}
+
+// Strict "better" test: keeps the first (lowest-position) message among ties.
+template <typename T, int REDUCE> __device__ __forceinline__ bool gf_better(T a, T b) {
+  return REDUCE == GF_MAX ? (a > b) : (a < b);
+}
+
+template <typename T, int N> struct alignas(sizeof(T) * N) GfVec { T v[N]; };
+
+template <typename T, int N> __device__ __forceinline__ void gf_load(const T* p, T (&out)[N]) {
+  const GfVec<T, N> t = *reinterpret_cast<const GfVec<T, N>*>(p);
+#pragma unroll
+  for (int i = 0; i < N; ++i) out[i] = t.v[i];
+}
+
+template <typename T, int N> __device__ __forceinline__ void gf_store(T* p, const T (&in)[N]) {
+  GfVec<T, N> t;
+#pragma unroll
+  for (int i = 0; i < N; ++i) t.v[i] = in[i];
+  *reinterpret_cast<GfVec<T, N>*>(p) = t;
+}
+
+// Mask of the GROUP lanes (GROUP a power of two <= 32) that hold this lane.
+template <int GROUP> __device__ __forceinline__ unsigned gf_group_mask() {
+  const int lane = threadIdx.x & 31;
+  return GROUP >= 32 ? 0xffffffffu : ((1u << (GROUP & 31)) - 1u) << (lane & ~(GROUP - 1));
+}
+
+// Sum over the GROUP lanes of a group (butterfly: every lane gets the same, order-fixed result).
+template <typename T, int GROUP> __device__ __forceinline__ T gf_group_sum(T v, unsigned mask) {
+#pragma unroll
+  for (int o = GROUP / 2; o > 0; o >>= 1) v += __shfl_xor_sync(mask, v, o, GROUP);
+  return v;
+}
+
+// out[0..VEC) += v with atomic adds (no return value); one vector reduction on sm_90 for float2/float4.
+template <typename T, int VEC> __device__ __forceinline__ void gf_red_add(T* p, const T (&v)[VEC]) {
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) atomicAdd(p + i, v[i]);
+}
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+template <> __device__ __forceinline__ void gf_red_add<float, 4>(float* p, const float (&v)[4]) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v[0]), "f"(v[1]), "f"(v[2]),
+               "f"(v[3])
+               : "memory");
+}
+template <> __device__ __forceinline__ void gf_red_add<float, 2>(float* p, const float (&v)[2]) {
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(v[0]), "f"(v[1]) : "memory");
+}
+#endif

@@ -1,0 +1,237 @@
+"""Launcher of fused GAT attention (gat_attention.cu): edge softmax of LeakyReLU(a_src[s] + a_dst[t]) with
+max subtraction, multi-head, attention dropout from a counter-based hash (recomputed in backward), and its
+backward into a_src / a_dst. Atomic-free and deterministic.
+
+Shapes:
+    rowptr (N_dst + 1,) int64, col32 (E,) int32, perm (E,) int64: CSR by target with COO edge ids.
+    colptr (N_src + 1,) int64, row32 (E,) int32, csc_perm (E,) int64: CSC by source with COO edge ids.
+    a_src (N_src, H), a_dst (N_dst, H): per-node attention terms; row_max, row_sum (N_dst, H).
+    alpha / dalpha: (E, H), in COO order, CSR order or any entry order (see each function).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from . import runtime as rt
+
+FILE = "gat_attention.cu"
+WARPS_PER_BLOCK = 8
+MAX_GRID = 1 << 20
+
+
+def _check_dropout(op: str, dropout: float) -> None:
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"{op}: dropout must lie in [0, 1); got {dropout}")
+
+
+def _check_nodes(op: str, a_src: Tensor, a_dst: Tensor) -> int:
+    rt.check_tensor(op, "a_src", a_src, dtypes=rt.FLOAT_DTYPES, ndim=2)
+    rt.check_tensor(op, "a_dst", a_dst, dtypes=(a_src.dtype,), ndim=2, shape=(None, a_src.size(1)),
+                    shape_text=f"(N_dst, H={a_src.size(1)})")
+    return a_src.size(1)
+
+
+def _check_ptr(op: str, name: str, ptr: Tensor, rows: int, rows_name: str) -> None:
+    rt.check_tensor(op, name, ptr, dtypes=(torch.int64,), ndim=1, shape=(rows + 1,),
+                    shape_text=f"({rows_name}={rows} + 1,)")
+
+
+def _check_entries(op: str, tensors: dict[str, tuple[Tensor, torch.dtype]], nnz: int) -> None:
+    for name, (t, dtype) in tensors.items():
+        rt.check_tensor(op, name, t, dtypes=(dtype,), ndim=1, shape=(nnz,), shape_text=f"(E={nnz},)")
+
+
+def _grid(rows: int) -> tuple[int]:
+    return (min(-(-rows // WARPS_PER_BLOCK), MAX_GRID),)
+
+
+KERNELS = ("gat_softmax_rows", "gat_alpha_entries", "gat_softmax_bwd_rows", "gat_softmax_bwd_cols")
+
+
+def node_scores(x: Tensor, att_src: Tensor, att_dst: Tensor) -> tuple[Tensor, Tensor]:
+    """``a_src[n, h] = <x[n, h], att_src[h]>`` and ``a_dst[n, h] = <x[n, h], att_dst[h]>`` in one launch.
+
+    Shapes:
+        x: (N, H, C) contiguous; att_src, att_dst: (H, C) contiguous; returns two (N, H).
+    """
+    op = "gat_node_scores"
+    rt.check_tensor(op, "x", x, dtypes=rt.FLOAT_DTYPES, ndim=3)
+    n, heads, c = x.shape
+    for name, t in (("att_src", att_src), ("att_dst", att_dst)):
+        rt.check_tensor(op, name, t, dtypes=(x.dtype,), ndim=2, shape=(heads, c), shape_text=f"(H={heads}, C={c})")
+    device = rt.check_devices(op, dict(x=x, att_src=att_src, att_dst=att_dst))
+    a_src = torch.empty(n, heads, dtype=x.dtype, device=device)
+    a_dst = torch.empty(n, heads, dtype=x.dtype, device=device)
+    rt.launch(FILE, f"gat_node_scores<{rt.ctype(x.dtype)}>", device, (-(-(n * heads) // rt.BLOCK),), (rt.BLOCK,), (
+        rt.ptr(x), rt.ptr(att_src), rt.ptr(att_dst), rt.ptr(a_src), rt.ptr(a_dst), rt.i64(n), rt.i64(heads),
+        rt.i64(c),
+    ))
+    return a_src, a_dst
+
+
+def _family(dtype: torch.dtype, dropout: float) -> list[str]:
+    """The four kernels of one (dtype, dropout) pair, compiled together on first use."""
+    return [f"{k}<{rt.ctype(dtype)}, {rt.cbool(dropout > 0)}>" for k in KERNELS]
+
+
+def _scalars(negative_slope: float, dropout: float, seed: int) -> tuple:
+    return np.float64(negative_slope), np.float64(dropout), np.int64(seed)
+
+
+def softmax_forward(
+    rowptr: Tensor,
+    col32: Tensor,
+    perm: Tensor,
+    a_src: Tensor,
+    a_dst: Tensor,
+    *,
+    negative_slope: float = 0.2,
+    dropout: float = 0.0,
+    seed: int = 0,
+    coo_order: bool = True,
+    csr_order: bool = False,
+) -> tuple[Tensor | None, Tensor | None, Tensor, Tensor]:
+    """Attention coefficients of every edge (dropout applied when ``dropout > 0``).
+
+    Returns:
+        ``(alpha_coo, alpha_csr, row_max, row_sum)``: alpha in COO order and / or in CSR order (None unless
+        asked for), and the per-target statistics the backward pass recomputes alpha from.
+    """
+    op = "gat_softmax"
+    _check_dropout(op, dropout)
+    heads = _check_nodes(op, a_src, a_dst)
+    num_dst = a_dst.size(0)
+    _check_ptr(op, "rowptr", rowptr, num_dst, "N_dst")
+    nnz = col32.numel()
+    _check_entries(op, dict(col32=(col32, torch.int32), perm=(perm, torch.int64)), nnz)
+    device = rt.check_devices(op, dict(rowptr=rowptr, col32=col32, perm=perm, a_src=a_src, a_dst=a_dst))
+    dtype = a_src.dtype
+    alpha_coo = torch.empty(nnz, heads, dtype=dtype, device=device) if coo_order else None
+    alpha_csr = torch.empty(nnz, heads, dtype=dtype, device=device) if csr_order else None
+    row_max = torch.empty(num_dst, heads, dtype=dtype, device=device)
+    row_sum = torch.empty(num_dst, heads, dtype=dtype, device=device)
+    if heads == 0:
+        return alpha_coo, alpha_csr, row_max, row_sum
+    name = f"gat_softmax_rows<{rt.ctype(dtype)}, {rt.cbool(dropout > 0)}>"
+    rt.launch(FILE, name, device, _grid(num_dst), (32 * WARPS_PER_BLOCK,), (
+        rt.ptr(rowptr), rt.ptr(col32), rt.ptr(perm), rt.ptr(a_src), rt.ptr(a_dst), rt.ptr(alpha_coo),
+        rt.ptr(alpha_csr), rt.ptr(row_max), rt.ptr(row_sum), rt.i64(num_dst), rt.i64(heads),
+        *_scalars(negative_slope, dropout, seed),
+    ), family=_family(dtype, dropout))
+    return alpha_coo, alpha_csr, row_max, row_sum
+
+
+def alpha_entries(
+    src: Tensor,
+    dst32: Tensor,
+    eid: Tensor,
+    a_src: Tensor,
+    a_dst: Tensor,
+    row_max: Tensor,
+    row_sum: Tensor,
+    *,
+    negative_slope: float = 0.2,
+    dropout: float = 0.0,
+    seed: int = 0,
+) -> Tensor:
+    """Recompute the coefficients of an entry list (source ``src``, target ``dst32``, COO id ``eid``), bitwise
+    equal to :func:`softmax_forward`'s. Returns (n, H) in the order of the list (e.g. CSC order)."""
+    op = "gat_alpha_entries"
+    _check_dropout(op, dropout)
+    heads = _check_nodes(op, a_src, a_dst)
+    n = src.numel()
+    _check_entries(op, dict(src=(src, torch.int64), dst32=(dst32, torch.int32), eid=(eid, torch.int64)), n)
+    for name, t in (("row_max", row_max), ("row_sum", row_sum)):
+        rt.check_tensor(op, name, t, dtypes=(a_src.dtype,), ndim=2, shape=tuple(a_dst.shape),
+                        shape_text=f"(N_dst, H) = {tuple(a_dst.shape)}")
+    device = rt.check_devices(op, dict(src=src, dst32=dst32, eid=eid, a_src=a_src, a_dst=a_dst, row_max=row_max,
+                                       row_sum=row_sum))
+    out = torch.empty(n, heads, dtype=a_src.dtype, device=device)
+    name = f"gat_alpha_entries<{rt.ctype(a_src.dtype)}, {rt.cbool(dropout > 0)}>"
+    rt.launch(FILE, name, device, (-(-(n * heads) // rt.BLOCK),), (rt.BLOCK,), (
+        rt.ptr(src), rt.ptr(dst32), rt.ptr(eid), rt.ptr(a_src), rt.ptr(a_dst), rt.ptr(row_max), rt.ptr(row_sum),
+        rt.ptr(out), rt.i64(n), rt.i64(heads), *_scalars(negative_slope, dropout, seed),
+    ), family=_family(a_src.dtype, dropout))
+    return out
+
+
+def softmax_backward(
+    rowptr: Tensor,
+    col32: Tensor,
+    perm: Tensor,
+    colptr: Tensor,
+    row32: Tensor,
+    csc_perm: Tensor,
+    dalpha: Tensor,
+    rpos: Tensor | None,
+    cpos: Tensor,
+    a_src: Tensor,
+    a_dst: Tensor,
+    row_max: Tensor,
+    row_sum: Tensor,
+    *,
+    negative_slope: float = 0.2,
+    dropout: float = 0.0,
+    seed: int = 0,
+    need_src: bool = True,
+    need_dst: bool = True,
+) -> tuple[Tensor | None, Tensor | None]:
+    """Gradients of the attention coefficients into ``a_src`` and ``a_dst`` (two atomic-free passes).
+
+    Args:
+        dalpha: (E, H) gradient of the coefficients (after dropout), in any order given by the maps below.
+        rpos: position in ``dalpha`` of each CSR entry (None: ``dalpha`` is in CSR order).
+        cpos: position in ``dalpha`` of each CSC entry (``csc_perm`` for COO order, the CSR→CSC permutation
+            for CSR order).
+
+    Returns:
+        ``(d_src, d_dst)``: (N_src, H) and (N_dst, H), None where not asked for.
+    """
+    op = "gat_softmax_backward"
+    _check_dropout(op, dropout)
+    heads = _check_nodes(op, a_src, a_dst)
+    num_dst, num_src = a_dst.size(0), a_src.size(0)
+    nnz = col32.numel()
+    _check_ptr(op, "rowptr", rowptr, num_dst, "N_dst")
+    _check_ptr(op, "colptr", colptr, num_src, "N_src")
+    entries = dict(col32=(col32, torch.int32), perm=(perm, torch.int64), row32=(row32, torch.int32),
+                   csc_perm=(csc_perm, torch.int64), cpos=(cpos, torch.int64))
+    if rpos is not None:
+        entries["rpos"] = (rpos, torch.int64)
+    _check_entries(op, entries, nnz)
+    rt.check_tensor(op, "dalpha", dalpha, dtypes=(a_src.dtype,), ndim=2, shape=(nnz, heads),
+                    shape_text=f"(E={nnz}, H={heads})")
+    for name, t in (("row_max", row_max), ("row_sum", row_sum)):
+        rt.check_tensor(op, name, t, dtypes=(a_src.dtype,), ndim=2, shape=tuple(a_dst.shape),
+                        shape_text=f"(N_dst, H) = {tuple(a_dst.shape)}")
+    device = rt.check_devices(op, dict(rowptr=rowptr, col32=col32, perm=perm, colptr=colptr, row32=row32,
+                                       csc_perm=csc_perm, dalpha=dalpha, rpos=rpos, cpos=cpos, a_src=a_src,
+                                       a_dst=a_dst, row_max=row_max, row_sum=row_sum))
+    dtype = a_src.dtype
+    d_dst = torch.empty(num_dst, heads, dtype=dtype, device=device) if need_dst else None
+    rowdot = torch.empty(num_dst, heads, dtype=dtype, device=device)
+    t = rt.ctype(dtype)
+    drop = rt.cbool(dropout > 0)
+    scalars = _scalars(negative_slope, dropout, seed)
+    rt.launch(FILE, f"gat_softmax_bwd_rows<{t}, {drop}>", device, _grid(num_dst), (32 * WARPS_PER_BLOCK,), (
+        rt.ptr(rowptr), rt.ptr(col32), rt.ptr(perm), rt.ptr(rpos), rt.ptr(dalpha), rt.ptr(a_src), rt.ptr(a_dst),
+        rt.ptr(row_max), rt.ptr(row_sum), rt.ptr(d_dst), rt.ptr(rowdot), rt.i64(num_dst), rt.i64(heads), *scalars,
+    ), family=_family(dtype, dropout))
+    d_src = None
+    if need_src:
+        d_src = torch.empty(num_src, heads, dtype=dtype, device=device)
+        rt.launch(FILE, f"gat_softmax_bwd_cols<{t}, {drop}>", device, _grid(num_src), (32 * WARPS_PER_BLOCK,), (
+            rt.ptr(colptr), rt.ptr(row32), rt.ptr(csc_perm), rt.ptr(cpos), rt.ptr(dalpha), rt.ptr(a_src),
+            rt.ptr(a_dst), rt.ptr(row_max), rt.ptr(row_sum), rt.ptr(rowdot), rt.ptr(d_src), rt.i64(num_src),
+            rt.i64(heads), *scalars,
+        ), family=_family(dtype, dropout))
+    return d_src, d_dst
+
+
+def instances() -> list[str]:
+    """Every template instance (compiled by the CPU test with nvcc)."""
+    return ([f"{kernel}<{t}, {drop}>" for kernel in KERNELS for t in ("float", "double") for drop in ("false", "true")]
+            + [f"gat_node_scores<{t}>" for t in ("float", "double")])

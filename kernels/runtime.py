@@ -1,0 +1,244 @@
+"""CuPy kernel runtime: lazy NVRTC compilation, a per-device cache, launches on PyTorch's current stream.
+
+Kernel sources are the real ``.cu`` files beside this module. A launcher asks for one template instance by
+its C++ name expression (``"gespmm_rows<float, 0, 1, 4, 1, 32, false>"``); the first request on a device
+compiles it with ``cupy.RawModule(code=..., name_expressions=[...])`` (CuPy also keeps its on-disk cache),
+later requests hit the in-process cache. Tensors are passed zero-copy as raw device pointers; every integer
+kernel argument is 64-bit (``long long``) so that offsets such as ``row * K`` never overflow.
+
+CuPy is imported lazily: importing this module (and ``graphfuse.kernels``) works without CuPy or CUDA.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+KERNEL_DIR = Path(__file__).resolve().parent
+COMMON_HEADER = "common.cuh"
+COMPILE_OPTIONS = ("--std=c++17",)
+BLOCK = 256
+
+_lock = threading.Lock()
+_functions: dict[tuple[int, str, str], Any] = {}
+_streams: dict[tuple[int, int], Any] = {}
+
+
+def _cupy() -> Any:
+    try:
+        import cupy
+    except ImportError as err:  # pragma: no cover - depends on the machine
+        raise RuntimeError(
+            "graphfuse.kernels needs CuPy: install graphfuse[cuda12] or graphfuse[cuda13]"
+        ) from err
+    return cupy
+
+
+@functools.cache
+def is_available() -> bool:
+    """True when CuPy imports and a CUDA device is visible (the kernel backends' availability test)."""
+    if not torch.cuda.is_available():
+        return False
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # noqa: BLE001 - any CuPy/driver failure means "not available"
+        return False
+
+
+@functools.cache
+def source(filename: str) -> str:
+    """The text of kernels/<filename> with ``#include "common.cuh"`` inlined (NVRTC needs no include path,
+    and CuPy's cache key, computed from the source text, changes whenever the header does)."""
+    text = (KERNEL_DIR / filename).read_text()
+    header = (KERNEL_DIR / COMMON_HEADER).read_text().replace("#pragma once", "")
+    return text.replace(f'#include "{COMMON_HEADER}"', header)
+
+
+def kernel_files() -> list[Path]:
+    """Every ``.cu`` file of the package (the CPU compile test walks these)."""
+    return sorted(KERNEL_DIR.glob("*.cu"))
+
+
+def get_function(filename: str, name: str, device_index: int, family: Sequence[str] = ()) -> Any:
+    """The compiled template instance ``name`` of ``filename`` on device ``device_index`` (cached).
+
+    ``family``: sibling instances compiled in the same NVRTC call (one front-end pass for all of them;
+    a launcher passes the instances that differ from ``name`` only in cheap flags such as the reduce op).
+    """
+    key = (device_index, filename, name)
+    fn = _functions.get(key)
+    if fn is None:
+        cp = _cupy()
+        names = [name] + [n for n in dict.fromkeys(family) if n != name]
+        with _lock, cp.cuda.Device(device_index):
+            fn = _functions.get(key)
+            if fn is None:
+                module = cp.RawModule(code=source(filename), options=COMPILE_OPTIONS, name_expressions=names)
+                for n in names:
+                    _functions[(device_index, filename, n)] = module.get_function(n)
+                fn = _functions[key]
+    return fn
+
+
+def _current_stream_ptr(device_index: int) -> int:
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw(device_index)
+    return torch.cuda.current_stream(device_index).cuda_stream
+
+
+def _stream(device_index: int) -> Any:
+    cp = _cupy()
+    ptr = _current_stream_ptr(device_index)
+    key = (device_index, ptr)
+    stream = _streams.get(key)
+    if stream is None:
+        try:
+            stream = cp.cuda.ExternalStream(ptr, device_index)
+        except TypeError:  # older CuPy without the device argument
+            stream = cp.cuda.ExternalStream(ptr)
+        _streams[key] = stream
+    return stream
+
+
+def ptr(t: Tensor | None) -> np.uint64:
+    """A tensor's device address as a kernel pointer argument (null for None)."""
+    if t is None:
+        return np.uint64(0)
+    if not t.is_cuda:
+        raise RuntimeError(f"internal error: a kernel argument lives on {t.device}, not on a CUDA device")
+    return np.uint64(t.data_ptr())
+
+
+def i64(v: int) -> np.int64:
+    return np.int64(v)
+
+
+def launch(
+    filename: str,
+    name: str,
+    device: torch.device,
+    grid: Sequence[int],
+    block: Sequence[int],
+    args: Iterable[Any],
+    shared_mem: int = 0,
+    family: Sequence[str] = (),
+) -> None:
+    """Launch a template instance on ``device`` on PyTorch's current stream. Empty grids launch nothing."""
+    grid = tuple(int(g) for g in grid)
+    if min(grid) <= 0:
+        return
+    if grid[0] >= 2**31 or any(g > 65535 for g in grid[1:]):
+        raise ValueError(f"{name}: launch grid {grid} exceeds the CUDA limits")
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    fn = _functions.get((index, filename, name)) or get_function(filename, name, index, family)
+    cp = _cupy()
+    stream = _stream(index)
+    block = tuple(int(b) for b in block)
+    if cp.cuda.runtime.getDevice() == index:
+        fn(grid, block, tuple(args), shared_mem=int(shared_mem), stream=stream)
+    else:
+        with cp.cuda.Device(index):
+            fn(grid, block, tuple(args), shared_mem=int(shared_mem), stream=stream)
+
+
+def ctype(dtype: torch.dtype) -> str:
+    """C++ type of a supported feature dtype."""
+    return {torch.float32: "float", torch.float64: "double"}[dtype]
+
+
+def cbool(v: bool) -> str:
+    return "true" if v else "false"
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+# ---------------------------------------------------------------------------------------------- validation
+FLOAT_DTYPES = (torch.float32, torch.float64)
+
+
+def check_tensor(
+    op: str,
+    name: str,
+    t: Any,
+    *,
+    dtypes: Sequence[torch.dtype],
+    ndim: int | Sequence[int],
+    shape: Sequence[int | None] | None = None,
+    shape_text: str | None = None,
+) -> None:
+    """Raise TypeError/ValueError naming ``op`` and ``name`` unless ``t`` is a contiguous tensor of one of
+    ``dtypes`` with ``ndim`` dimensions (and ``shape``, where None entries match anything). Devices are
+    checked by :func:`check_devices`."""
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{op}: {name} must be a torch.Tensor; got {type(t).__name__}")
+    if t.dtype not in dtypes:
+        expected = " or ".join(str(d) for d in dtypes)
+        raise TypeError(f"{op}: {name} must have dtype {expected}; got {t.dtype}")
+    ndims = (ndim,) if isinstance(ndim, int) else tuple(ndim)
+    if t.dim() not in ndims:
+        raise ValueError(f"{op}: {name} must have {' or '.join(map(str, ndims))} dimensions; "
+                         f"got shape {tuple(t.shape)}")
+    if shape is not None and (len(shape) != t.dim() or any(s is not None and s != d for s, d in zip(shape, t.shape))):
+        text = shape_text or str(tuple("*" if s is None else s for s in shape))
+        raise ValueError(f"{op}: {name} must have shape {text}; got {tuple(t.shape)}")
+    if not t.is_contiguous():
+        raise ValueError(f"{op}: {name} must be contiguous; got strides {t.stride()}")
+
+
+def check_devices(op: str, tensors: dict[str, Tensor | None]) -> torch.device:
+    """Raise ValueError unless every given tensor is on one CUDA device (checked after dtypes and shapes, so
+    those errors can be tested without a GPU); returns that device."""
+    device = None
+    first = None
+    for name, t in tensors.items():
+        if t is None:
+            continue
+        if t.device.type != "cuda":
+            raise ValueError(f"{op}: {name} must be a CUDA tensor; got a tensor on {t.device}")
+        if device is None:
+            device, first = t.device, name
+        elif t.device != device:
+            raise ValueError(f"{op}: {name} is on {t.device} but {first} is on {device}")
+    return device
+
+
+def check_heads(op: str, k: int, heads: int) -> int:
+    """Validate ``heads`` against the feature width ``k``; returns C = k // heads."""
+    if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1:
+        raise ValueError(f"{op}: heads must be a positive int; got {heads!r}")
+    if k % heads:
+        raise ValueError(f"{op}: the feature width K={k} must be divisible by heads={heads}")
+    return k // heads
+
+
+_ITEM_SIZE = {torch.float32: 4, torch.float64: 8, torch.float16: 2, torch.bfloat16: 2}
+
+
+def vector_width(k: int, dtype: torch.dtype, tensors: Sequence[Tensor], divides: int | None = None,
+                 lanes: int = 32) -> int:
+    """Widest vector (16 bytes at most) that divides ``k`` (and ``divides``), keeps every access aligned and
+    still gives each of ``lanes`` lanes a full vector (k >= lanes * vec)."""
+    item = _ITEM_SIZE[dtype]
+    misalignment = 0
+    for t in tensors:
+        misalignment |= t.data_ptr()
+    for vec in (4, 2, 1):
+        if vec > 1 and k < lanes * vec:
+            continue
+        if vec * item > 16 or k % vec or (divides is not None and divides % vec):
+            continue
+        if misalignment % (vec * item) == 0:
+            return vec
+    return 1

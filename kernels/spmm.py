@@ -1,0 +1,215 @@
+"""Launcher of GE-SpMM (spmm.cu): CSR aggregation with sum / mean / max / min, row splitting, argmask.
+
+The same launcher serves the forward pass (CSR, rows = targets) and the feature gradient (CSC, rows =
+sources, gathering the output gradient). See docs/kernels.md for the work-to-thread mapping.
+
+Shapes:
+    rowptr: (R + 1,) int64; col: (nnz,) int32 (the gathered row of ``x`` for each entry);
+    x: (num_cols, K); values: (nnz,) or (nnz, H) in the same entry order, or None;
+    out: (R, K); arg: (R, K) int64 entry positions of the max/min (-1 for empty rows).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from . import runtime as rt
+
+FILE = "spmm.cu"
+REDUCE_CODES = {"sum": 0, "mean": 1, "max": 2, "min": 3}
+DEFAULT_SEGMENT = 512
+
+
+class RowSchedule(NamedTuple):
+    """Row segments of at most ``segment`` entries (see :func:`row_schedule`).
+
+    ``seg_ptr`` (S + 1,) entry offsets; ``seg_row`` (S,) the row of each segment; ``seg_slot`` (S,) the output
+    row, or ``-(p + 1)`` for workspace row p; ``long_rows`` (L,) the split rows, ``long_ptr`` (L + 1,) their
+    workspace rows; ``num_partials`` = P.
+    """
+
+    seg_ptr: Tensor
+    seg_row: Tensor
+    seg_slot: Tensor
+    long_rows: Tensor
+    long_ptr: Tensor
+    num_partials: int
+
+
+def row_schedule(rowptr: Tensor, segment: int = DEFAULT_SEGMENT) -> RowSchedule | None:
+    """Split rows longer than ``segment`` entries into consecutive segments (load balance for hub rows).
+
+    Returns None when no row is longer (the kernel then maps segment s to row s). Built once per graph and
+    cached by the engine; one host sync.
+    """
+    if rowptr.dim() != 1 or rowptr.numel() < 1 or rowptr.dtype != torch.int64:
+        raise ValueError(f"row_schedule: rowptr must be a non-empty 1-D int64 tensor; got {rowptr.dtype} "
+                         f"{tuple(rowptr.shape)}")
+    if isinstance(segment, bool) or not isinstance(segment, int) or segment < 1:
+        raise ValueError(f"row_schedule: segment must be a positive int; got {segment!r}")
+    deg = rowptr.diff()
+    if deg.numel() == 0 or int(deg.max()) <= segment:
+        return None
+    device = rowptr.device
+    nseg = ((deg + segment - 1) // segment).clamp_(min=1)
+    rows = torch.arange(deg.numel(), device=device)
+    seg_row = torch.repeat_interleave(rows, nseg)
+    first = torch.cumsum(nseg, 0) - nseg
+    within = torch.arange(seg_row.numel(), device=device) - first[seg_row]
+    seg_beg = rowptr[seg_row] + within * segment
+    seg_ptr = torch.cat([seg_beg, rowptr[-1:]])
+    is_long = nseg > 1
+    long_seg = is_long[seg_row]
+    partial = torch.cumsum(long_seg.long(), 0) - 1
+    seg_slot = torch.where(long_seg, -(partial + 1), seg_row)
+    long_rows = rows[is_long]
+    long_ptr = torch.zeros(long_rows.numel() + 1, dtype=torch.int64, device=device)
+    torch.cumsum(nseg[is_long], 0, out=long_ptr[1:])
+    return RowSchedule(seg_ptr, seg_row, seg_slot, long_rows, long_ptr, int(long_ptr[-1]))
+
+
+def config(k: int, dtype: torch.dtype, tensors: list[Tensor], heads: int = 1) -> tuple[int, int, int]:
+    """(VEC, CF, GROUP): GROUP lanes per row (a power of two >= K below 32, several rows per warp), VEC-wide
+    loads, CF column chunks per lane (coarse-grained warp merging) covering up to 512 columns per tile."""
+    if k < 32:
+        return 1, 1, rt.next_pow2(k)
+    vec = rt.vector_width(k, dtype, tensors)
+    cf = min(4, rt.next_pow2(-(-k // (32 * vec))))
+    return vec, cf, 32
+
+
+def gespmm(
+    rowptr: Tensor,
+    col: Tensor,
+    x: Tensor,
+    values: Tensor | None = None,
+    *,
+    reduce: str = "sum",
+    heads: int = 1,
+    schedule: RowSchedule | None = None,
+    return_arg: bool = False,
+    edge_id: Tensor | None = None,
+    gather_arg: Tensor | None = None,
+) -> tuple[Tensor, Tensor | None]:
+    """``out[r] = reduce_{j in row r} values[j] * x[col[j]]`` (0 for empty rows).
+
+    Args:
+        rowptr, col: the sparse structure (rows are the outputs).
+        x: dense features gathered through ``col``.
+        values: per-entry weights ((nnz,)), or per entry and head ((nnz, heads)); None for unweighted.
+        reduce: "sum", "mean", "max" or "min".
+        heads: number of weight columns H; K must be divisible by H (column k uses head k // (K / H)).
+        schedule: from :func:`row_schedule` on the same ``rowptr`` (None: one segment per row).
+        return_arg: also return the position of the max/min entry (needed by the backward pass).
+        edge_id, gather_arg: "argmask" mode (reduce="sum" only): entry j contributes to column k only when
+            ``gather_arg[col[j], k] == edge_id[j]`` (the max/min backward over the transpose).
+
+    Returns:
+        ``(out, arg)``; ``arg`` is None unless ``return_arg`` and reduce is max/min.
+
+    Shapes:
+        rowptr: (R + 1,) int64; col: (nnz,) int32; x: (num_cols, K); values: (nnz,) or (nnz, H);
+        edge_id: (nnz,) int64; gather_arg: (num_cols, K) int64; out: (R, K); arg: (R, K) int64.
+    """
+    op = "gespmm"
+    if reduce not in REDUCE_CODES:
+        raise ValueError(f"{op}: reduce must be one of {list(REDUCE_CODES)}; got {reduce!r}")
+    rt.check_tensor(op, "x", x, dtypes=rt.FLOAT_DTYPES, ndim=2)
+    device = x.device
+    rt.check_tensor(op, "rowptr", rowptr, dtypes=(torch.int64,), ndim=1)
+    if rowptr.numel() < 1:
+        raise ValueError(f"{op}: rowptr must have at least one element (R + 1); got shape {tuple(rowptr.shape)}")
+    rt.check_tensor(op, "col", col, dtypes=(torch.int32,), ndim=1)
+    num_rows, k = rowptr.numel() - 1, x.size(1)
+    nnz = col.numel()
+    c = rt.check_heads(op, k, heads)
+    wmode = 0
+    if values is not None:
+        if heads == 1:
+            rt.check_tensor(op, "values", values, dtypes=(x.dtype,), ndim=1, shape=(nnz,),
+                            shape_text=f"(nnz={nnz},)")
+            wmode = 1
+        else:
+            rt.check_tensor(op, "values", values, dtypes=(x.dtype,), ndim=2,
+                            shape=(nnz, heads), shape_text=f"(nnz={nnz}, heads={heads})")
+            wmode = 2
+    argmask = edge_id is not None or gather_arg is not None
+    if argmask:
+        if reduce != "sum":
+            raise ValueError(f"{op}: edge_id/gather_arg (argmask mode) need reduce='sum'; got {reduce!r}")
+        rt.check_tensor(op, "edge_id", edge_id, dtypes=(torch.int64,), ndim=1, shape=(nnz,),
+                        shape_text=f"(nnz={nnz},)")
+        rt.check_tensor(op, "gather_arg", gather_arg, dtypes=(torch.int64,), ndim=2,
+                        shape=(x.size(0), k), shape_text=f"(num_cols={x.size(0)}, K={k})")
+    rt.check_devices(op, {"x": x, "rowptr": rowptr, "col": col, "values": values, "edge_id": edge_id, "gather_arg": gather_arg,
+                              "schedule": None if schedule is None else schedule.seg_ptr})
+
+    out = torch.empty(num_rows, k, dtype=x.dtype, device=device)
+    extremum = reduce in ("max", "min")
+    arg = torch.empty(num_rows, k, dtype=torch.int64, device=device) if (return_arg and extremum) else None
+    if num_rows == 0 or k == 0:
+        return out, arg
+    vec, cf, group = config(k, x.dtype, [x, out])
+    tile = group * vec * cf
+    if schedule is None:
+        seg_ptr, seg_row, seg_slot, num_segs = rowptr, None, None, num_rows
+        part = part_arg = None
+    else:
+        seg_ptr, seg_row, seg_slot = schedule.seg_ptr, schedule.seg_row, schedule.seg_slot
+        num_segs = seg_row.numel()
+        part = torch.empty(schedule.num_partials, k, dtype=x.dtype, device=device)
+        part_arg = torch.empty_like(part, dtype=torch.int64) if arg is not None else None
+    track = arg is not None
+    name, combine, family = _names(rt.ctype(x.dtype), REDUCE_CODES[reduce], wmode, vec, cf, group, argmask, track)
+    groups_per_block = rt.BLOCK // group
+    grid = (-(-num_segs // groups_per_block), -(-k // tile))
+    rt.launch(FILE, name, device, grid, (rt.BLOCK,), (
+        rt.ptr(seg_ptr), rt.ptr(seg_row), rt.ptr(seg_slot), rt.ptr(col), rt.ptr(values), rt.ptr(edge_id),
+        rt.ptr(gather_arg), rt.ptr(x), rt.ptr(out), rt.ptr(arg), rt.ptr(part), rt.ptr(part_arg),
+        rt.i64(num_segs), rt.i64(k), rt.i64(heads), rt.i64(c),
+    ), family=family)
+    if schedule is not None and schedule.long_rows.numel():
+        rt.launch(FILE, combine, device, (schedule.long_rows.numel(), -(-k // 128)), (128,), (
+            rt.ptr(schedule.long_rows), rt.ptr(schedule.long_ptr), rt.ptr(rowptr), rt.ptr(part),
+            rt.ptr(part_arg), rt.ptr(out), rt.ptr(arg), rt.i64(k),
+        ), family=family)
+    return out, arg
+
+
+@functools.cache
+def _names(t: str, red: int, wmode: int, vec: int, cf: int, group: int, argmask: bool, track: bool
+           ) -> tuple[str, str, tuple[str, ...]]:
+    """(row kernel, combine kernel, family) names of one configuration."""
+    name = f"gespmm_rows<{t}, {red}, {wmode}, {vec}, {cf}, {group}, {rt.cbool(argmask)}, {rt.cbool(track)}>"
+    return name, f"gespmm_combine<{t}, {red}, {rt.cbool(track)}>", _family(t, vec, cf, group)
+
+
+@functools.cache
+def _family(t: str, vec: int, cf: int, group: int) -> tuple[str, ...]:
+    """Instances compiled together: every reduce and weight mode (max/min with and without the argument),
+    the argmask variant, and the combines."""
+    names = [f"gespmm_rows<{t}, {r}, {w}, {vec}, {cf}, {group}, false, {tr}>" for r in range(4) for w in range(3)
+             for tr in (("false", "true") if r >= 2 else ("false",))]
+    names += [f"gespmm_rows<{t}, 0, {w}, {vec}, {cf}, {group}, true, false>" for w in range(3)]
+    return tuple(names + [f"gespmm_combine<{t}, {r}, {tr}>" for r in range(4) for tr in ("false", "true")])
+
+
+def instances() -> list[str]:
+    """Representative template instances (compiled by the CPU test with nvcc)."""
+    names = []
+    for t in ("float", "double"):
+        for red in range(4):
+            for wmode in range(3):
+                for track in ("false", "true"):
+                    names.append(f"gespmm_rows<{t}, {red}, {wmode}, 1, 1, 8, false, {track}>")
+                    names.append(f"gespmm_rows<{t}, {red}, {wmode}, 2, 4, 32, false, {track}>")
+            names.append(f"gespmm_combine<{t}, {red}, false>")
+            names.append(f"gespmm_combine<{t}, {red}, true>")
+        names.append(f"gespmm_rows<{t}, 0, 1, 1, 2, 32, true, false>")
+        names.append(f"gespmm_rows<{t}, 0, 2, 1, 1, 16, true, false>")
+    names.append("gespmm_rows<float, 0, 1, 4, 2, 32, false, false>")
+    return names

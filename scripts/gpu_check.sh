@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# One command for the GPU machine: install the carried wheels and the project, run the GPU test suite,
+# compute-sanitizer memcheck on a representative subset, and the SpMM benchmark. Logs and JSON go to $OUT;
+# a short table is printed last.
+#
+#   scripts/gpu_check.sh [full|quick]     (run from the repository root; carry .whl and .benchdata)
+#
+# One-time setup on the development machine (both folders are git-ignored through .git/info/exclude):
+#   echo /.whl/ >> .git/info/exclude && mkdir -p .whl && cp ../shared/wheels/py312/*.whl .whl/
+#   echo /.benchdata/ >> .git/info/exclude && mkdir -p .benchdata && \
+#     cp ../shared/datasets/mtx/*.mtx ../shared/datasets/musae/facebook/facebook_edges.csv .benchdata/
+# Timeouts: TEST_TIMEOUT, MEMCHECK_TIMEOUT, BENCH_TIMEOUT (seconds); MEMCHECK_SUBSET (a pytest -k expression).
+#
+# quick: the GPU suite stops at the first failures, the benchmark skips the three large RMAT graphs.
+set -uo pipefail
+MODE=${1:-full}
+FINAL_OUT=${OUT:-/tmp/graphfuse_gpu_check}
+# Results are written to a folder of the checkout (kept on a warm machine between calls) and copied to $OUT.
+OUT=$PWD/.gpu_results
+rm -rf "$OUT" && mkdir -p "$OUT" "$FINAL_OUT"
+export PYTHONUNBUFFERED=1
+
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD
+fi
+python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 || {
+  cat "$OUT/install.log"; exit 1; }
+
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv
+  python3 -c "import torch, cupy; print('torch', torch.__version__, 'cupy', cupy.__version__, torch.cuda.get_device_name())"
+} 2>&1 | tee "$OUT/device.txt"
+
+MAXFAIL=$([ "$MODE" = quick ] && echo 10 || echo 50)
+TEST_TIMEOUT=${TEST_TIMEOUT:-$([ "$MODE" = quick ] && echo 300 || echo 420)}
+timeout "$TEST_TIMEOUT" python3 -m pytest -m gpu tests/kernels/test_kernels_gpu.py -q -p no:cacheprovider --maxfail="$MAXFAIL" \
+  -W ignore::UserWarning 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 40
+TEST_RC=${PIPESTATUS[0]}
+
+SUBSET=${MEMCHECK_SUBSET:-'matches_reference and (unsorted or bipartite or no_edges or single_node or big_hub) and (41 or 602 or 7)'}
+timeout "${MEMCHECK_TIMEOUT:-240}" compute-sanitizer --tool memcheck --error-exitcode 97 --print-limit 20 \
+  python3 -m pytest -m gpu tests/kernels/test_kernels_gpu.py -q -p no:cacheprovider -x -k "$SUBSET or (multihead and unsorted and gespmm) or (multihead and bipartite and gar) or (sddmm_and and unsorted)" \
+  >"$OUT/memcheck.log" 2>&1
+MEMCHECK_RC=$?
+tail -n 8 "$OUT/memcheck.log"
+
+BENCH_ARGS=(--data .benchdata --out "$OUT/spmm.json" --md "$OUT/spmm.md")
+[ "$MODE" = quick ] && BENCH_ARGS+=(--quick --ks 32 64 128 256)
+timeout "${BENCH_TIMEOUT:-420}" python3 scripts/bench_spmm.py "${BENCH_ARGS[@]}" >"$OUT/bench.log" 2>&1
+BENCH_RC=$?
+tail -n 4 "$OUT/bench.log"
+
+{
+echo "== gpu_check ($MODE) on $(head -2 "$OUT/device.txt" | tail -1)"
+echo "pytest -m gpu rc=$TEST_RC: $(tail -n 1 "$OUT/gpu_tests.log")"
+echo "memcheck rc=$MEMCHECK_RC: $(grep -E 'ERROR SUMMARY|passed|failed' "$OUT/memcheck.log" | tail -n 2 | tr '\n' ' ')"
+echo "bench rc=$BENCH_RC"
+[ -f "$OUT/spmm.md" ] && sed -n '/## Summary/,$p' "$OUT/spmm.md"
+} 2>&1 | tee "$OUT/summary.txt"
+cp "$OUT"/* "$FINAL_OUT"/ 2>/dev/null || true

@@ -1,0 +1,187 @@
+"""The graph-processing stage on CPU: the dispatch equals the reference, the caching policy, stage routing and
+launcher validation (without a GPU). tests/kernels/test_compile.py compiles the kernel sources with nvcc."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from graph.processing_cases import ALL_CASES, SQUARE_CASES, processing_graph
+
+import graphfuse
+import graphfuse.nn
+from graphfuse.graph import Graph, Stage, norm, processing
+from graphfuse.kernels import gat_attention, graph_processing
+
+
+def assert_same_graph(got: Graph, want: Graph) -> None:
+    assert torch.equal(got.edge_index, want.edge_index)
+    assert (got.edge_weight is None) == (want.edge_weight is None)
+    if want.edge_weight is not None:
+        assert got.edge_weight.dtype == want.edge_weight.dtype
+        torch.testing.assert_close(got.edge_weight, want.edge_weight, rtol=1e-6, atol=0)
+    for a, b in zip(got.csr, want.csr):
+        assert torch.equal(a, b)
+    for a, b in zip(got.csc, want.csc):
+        assert torch.equal(a, b)
+    assert torch.equal(got.csr_to_csc, want.csr_to_csc)
+
+
+@pytest.mark.parametrize("name", SQUARE_CASES)
+@pytest.mark.parametrize("weighted", [False, True])
+def test_cpu_dispatch_is_the_reference(name, weighted):
+    g = processing_graph(name, weighted)
+    assert_same_graph(graphfuse.gcn_norm(g), norm.gcn_norm(g))
+    assert_same_graph(graphfuse.graph.gcn_norm(g, improved=True), norm.gcn_norm(g, improved=True))
+    assert_same_graph(graphfuse.graph.gcn_norm(g, add_self_loops=False), norm.gcn_norm(g, add_self_loops=False))
+    assert_same_graph(graphfuse.graph.add_remaining_self_loops(g, 2.5), norm.add_remaining_self_loops(g, 2.5))
+    assert_same_graph(graphfuse.mean_norm(g), norm.mean_norm(g))
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_process_graph_composes_the_reference(weighted):
+    g = processing_graph("duplicates_loops", weighted)
+    out = processing.process_graph(g, self_loops=True, fill_value=2.0, norm="gcn")
+    assert_same_graph(out, norm.gcn_norm(g, improved=True))
+    out = processing.process_graph(g, self_loops=True, norm="mean")
+    assert_same_graph(out, norm.mean_norm(norm.add_remaining_self_loops(g)))
+    assert processing.process_graph(g) is g
+
+
+def test_bipartite_conversion_and_mean():
+    g = processing_graph("bipartite", True)
+    assert_same_graph(graphfuse.mean_norm(g), norm.mean_norm(g))
+    assert processing.build_formats(g) is g
+    with pytest.raises(ValueError, match="process_graph: self-loops need a square graph"):
+        processing.process_graph(g, self_loops=True)
+
+
+def test_caching_policy_full_graph_once_batches_on_the_fly():
+    g = processing_graph("isolated", False)
+    first = processing.process_gcn(g)
+    assert processing.process_gcn(g) is first  # full-graph training: built once, cached on the graph
+    assert g.cached(("gcn_norm", True, False), lambda: None) is first  # GCNConv's key
+    batch = Graph(g.edge_index[:, :50].clone(), num_nodes=g.num_nodes)  # a sampled batch: a new Graph
+    assert_same_graph(processing.process_gcn(batch), norm.gcn_norm(batch))
+    gat = processing.process_gat(g)
+    assert processing.process_gat(g) is gat and g.cached(("add_remaining_self_loops", 1.0), lambda: None) is gat
+    assert processing.process_gat(g, add_self_loops=False) is g
+    assert processing.process_mean(g) is processing.process_mean(g)
+
+
+def test_processed_graph_moves_between_devices():
+    g = processing_graph("isolated", True)
+    processing.build_formats(g)
+    processing.process_gcn(g)
+    moved = g.to("meta")  # any other device: the cache (formats, processed graphs, markers) moves along
+    assert moved.device.type == "meta" and moved.csr.rowptr.device.type == "meta"
+    assert moved.cached(("gcn_norm", True, False), lambda: None).device.type == "meta"
+
+
+def test_gcnconv_uses_the_same_cached_graph():
+    g = processing_graph("isolated", False)
+    conv = graphfuse.nn.GCNConv(3, 2)
+    conv(torch.randn(g.num_nodes, 3), g)
+    assert g.cached(("gcn_norm", True, False), lambda: None) is processing.process_gcn(g)
+
+
+def test_registered_stage_routing(monkeypatch):
+    calls = []
+
+    def fake(graph, self_loops, fill_value, norm_name):
+        calls.append((self_loops, fill_value, norm_name))
+        return processing._reference(graph, self_loops, fill_value, norm_name)
+
+    g = processing_graph("isolated", True)
+    monkeypatch.setitem(processing._STAGES, "cpu", Stage(run=fake, is_available=lambda: True))
+    assert_same_graph(processing.gcn_norm(g, improved=True), norm.gcn_norm(g, improved=True))
+    processing.add_remaining_self_loops(g, 3.0)
+    processing.mean_norm(g)
+    assert calls == [(True, 2.0, "gcn"), (True, 3.0, "none"), (False, 1.0, "mean")]
+    processing.gcn_norm(g, backend="reference")
+    assert len(calls) == 3
+    monkeypatch.setitem(processing._STAGES, "cpu", Stage(run=fake, is_available=lambda: False))
+    processing.gcn_norm(g)
+    assert len(calls) == 3
+    with pytest.raises(ValueError, match="gcn_norm: no fused graph-processing stage runs on cpu graphs"):
+        processing.gcn_norm(g, backend="fused")
+
+
+def test_dispatch_validation():
+    g = processing_graph("isolated", False)
+    with pytest.raises(ValueError, match="backend must be one of"):
+        processing.gcn_norm(g, backend="gespmm")
+    with pytest.raises(TypeError, match="gcn_norm: graph must be a graphfuse.Graph"):
+        processing.gcn_norm(g.edge_index)
+    with pytest.raises(ValueError, match="norm must be one of"):
+        processing.process_graph(g, norm="sym")
+    with pytest.raises(ValueError, match="no fused graph-processing stage runs on cpu"):
+        processing.process_graph(g, backend="fused")
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(edge_index=torch.zeros(2, 3, dtype=torch.int32)), TypeError, "edge_index must have dtype torch.int64"),
+        (dict(edge_index=torch.zeros(3, 3, dtype=torch.int64)), ValueError, r"edge_index must have shape \(2, E\)"),
+        (dict(edge_index=torch.zeros(3, 2, dtype=torch.int64).t()), ValueError, "edge_index must be contiguous"),
+        (dict(edge_weight=torch.ones(4)), ValueError, r"edge_weight must have shape \(E=3,\)"),
+        (dict(edge_weight=torch.ones(3, dtype=torch.float16)), TypeError, "edge_weight must have dtype"),
+        (dict(num_src=-1), ValueError, "num_src must be a non-negative int"),
+        (dict(num_src=4, self_loops=True), ValueError, "self-loops and GCN normalisation need a square graph"),
+        (dict(norm="sym"), ValueError, "norm must be one of"),
+        (dict(), ValueError, "edge_index must be a CUDA tensor; got a tensor on cpu"),
+    ],
+)
+def test_process_launcher_validation(kwargs, error, match):
+    args = dict(edge_index=torch.zeros(2, 3, dtype=torch.int64), num_src=5, num_dst=5, edge_weight=None)
+    args.update({k: v for k, v in kwargs.items() if k in args})
+    extra = {k: v for k, v in kwargs.items() if k not in args}
+    with pytest.raises(error, match=f"process_graph: {match}"):
+        graph_processing.process(args["edge_index"], args["num_src"], args["num_dst"], args["edge_weight"], **extra)
+
+
+def _csr_cpu(n=4):
+    rowptr = torch.tensor([0, 2, 3, 5, 6])
+    col32 = torch.tensor([0, 1, 2, 3, 0, 1], dtype=torch.int32)
+    perm = torch.arange(6)
+    return rowptr, col32, perm
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(a_src=torch.zeros(4, 2, dtype=torch.int32)), TypeError, "gat_softmax: a_src must have dtype"),
+        (dict(a_dst=torch.zeros(4, 3)), ValueError, r"gat_softmax: a_dst must have shape \(N_dst, H=2\)"),
+        (dict(a_dst=torch.zeros(4, 2, dtype=torch.float64)), TypeError, "gat_softmax: a_dst must have dtype"),
+        (dict(rowptr=torch.tensor([0, 6])), ValueError, r"gat_softmax: rowptr must have shape \(N_dst=4 \+ 1,\)"),
+        (dict(col32=torch.zeros(6, dtype=torch.int64)), TypeError, "gat_softmax: col32 must have dtype torch.int32"),
+        (dict(perm=torch.arange(5)), ValueError, r"gat_softmax: perm must have shape \(E=6,\)"),
+        (dict(dropout=1.0), ValueError, r"gat_softmax: dropout must lie in \[0, 1\)"),
+        (dict(), ValueError, "gat_softmax: rowptr must be a CUDA tensor; got a tensor on cpu"),
+    ],
+)
+def test_gat_launcher_validation(kwargs, error, match):
+    rowptr, col32, perm = _csr_cpu()
+    args = dict(rowptr=rowptr, col32=col32, perm=perm, a_src=torch.zeros(4, 2), a_dst=torch.zeros(4, 2))
+    args.update({k: v for k, v in kwargs.items() if k in args})
+    extra = {k: v for k, v in kwargs.items() if k not in args}
+    with pytest.raises(error, match=match):
+        gat_attention.softmax_forward(args["rowptr"], args["col32"], args["perm"], args["a_src"], args["a_dst"],
+                                      **extra)
+
+
+def test_gat_backward_launcher_validation():
+    rowptr, col32, perm = _csr_cpu()
+    a = torch.zeros(4, 2)
+    with pytest.raises(ValueError, match=r"gat_softmax_backward: dalpha must have shape \(E=6, H=2\)"):
+        gat_attention.softmax_backward(rowptr, col32, perm, rowptr, col32, perm, torch.zeros(6, 3), None, perm,
+                                       a, a, a, a)
+
+
+def test_cases_cover_the_hard_parts():
+    g = processing_graph("giant_hub", False)
+    assert int(g.in_degree.max()) > graph_processing.BLOCK_CAP
+    assert int(g.out_degree.max()) > graph_processing.WARP_CAP
+    loops = processing_graph("duplicates_loops", False).edge_index
+    assert int((loops[0] == loops[1]).sum()) > 30
+    assert {c for c in ALL_CASES} >= {"bipartite", "empty"}

@@ -1,0 +1,161 @@
+"""The fused CUDA graph-processing stage against the reference: exact structure and permutations, values
+within 1e-6 relative of a float64 reference, every sort path, the int64 workspace, and clear errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from graph.processing_cases import ALL_CASES, SQUARE_CASES, processing_graph
+
+from graphfuse import Graph
+from graphfuse.graph import convert, norm, processing
+from graphfuse.kernels import graph_processing
+
+pytestmark = pytest.mark.gpu
+
+VALUE_RTOL = {torch.float32: 1e-6, torch.float64: 1e-12}
+
+
+def as_float64(g: Graph) -> Graph:
+    """The same graph with float64 weights (ones when unweighted): the oracle for values."""
+    w = g.edge_weight.double() if g.edge_weight is not None else torch.ones(g.num_edges, dtype=torch.float64)
+    return Graph(g.edge_index, edge_weight=w, num_src=g.num_src, num_dst=g.num_dst)
+
+
+def value_dtype(g: Graph) -> torch.dtype:
+    """dtype of the values the stage (and the reference) produce: the weights', float32 when unweighted."""
+    return torch.float32 if g.edge_weight is None else g.edge_weight.dtype
+
+
+def check(got: Graph, want: Graph, dtype: torch.dtype, expect_values: bool = True) -> None:
+    """``got`` (CUDA, fused) equals ``want`` (CPU reference, float64 values); ``dtype``: of got's values."""
+    assert got.device.type == "cuda"
+    assert torch.equal(got.edge_index.cpu(), want.edge_index)
+    csr, csc = got.csr, got.csc
+    for name, a, b in zip(("rowptr", "col", "perm", "row"), csr, want.csr):
+        assert a.dtype == torch.int64 and torch.equal(a.cpu(), b), f"csr.{name}"
+    for name, a, b in zip(("colptr", "row", "perm", "col"), csc, want.csc):
+        assert a.dtype == torch.int64 and torch.equal(a.cpu(), b), f"csc.{name}"
+    assert torch.equal(got.csr_to_csc.cpu(), want.csr_to_csc)
+    assert torch.equal(got.cached(("kernels", "index32", "csr"), lambda: None).cpu(), want.csr.col.int())
+    assert torch.equal(got.cached(("kernels", "index32", "csc"), lambda: None).cpu(), want.csc.row.int())
+    if not expect_values:
+        return
+    w = got.edge_weight
+    assert w is not None and w.dtype == dtype
+    torch.testing.assert_close(w.cpu().double(), want.edge_weight, rtol=VALUE_RTOL[dtype], atol=1e-300)
+    for fmt, perm in (("csr", csr.perm), ("csc", csc.perm)):
+        slot = got.cached(("kernels", "permuted", fmt), dict)
+        assert slot["ref"]() is w and torch.equal(slot["value"], w[perm]), fmt
+
+
+@pytest.mark.parametrize("name", SQUARE_CASES)
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_gcn_norm_matches_reference(name, weighted, dtype):
+    g = processing_graph(name, weighted, dtype)
+    gc = g.to("cuda")
+    g64 = as_float64(g)
+    for add_loops, improved in ((True, False), (True, True), (False, False)):
+        got = processing.gcn_norm(gc, add_self_loops=add_loops, improved=improved, backend="fused")
+        check(got, norm.gcn_norm(g64, add_self_loops=add_loops, improved=improved), value_dtype(g))
+
+
+@pytest.mark.parametrize("name", SQUARE_CASES)
+@pytest.mark.parametrize("weighted", [False, True])
+def test_add_remaining_self_loops_matches_reference(name, weighted):
+    g = processing_graph(name, weighted, torch.float32)
+    gc = g.to("cuda")
+    for fill in (1.0, 2.5):
+        got = processing.add_remaining_self_loops(gc, fill, backend="fused")
+        check(got, norm.add_remaining_self_loops(as_float64(g), fill), torch.float32)
+
+
+@pytest.mark.parametrize("name", ALL_CASES)
+@pytest.mark.parametrize("weighted", [False, True])
+def test_mean_norm_and_formats_match_reference(name, weighted):
+    g = processing_graph(name, weighted, torch.float64)
+    gc = g.to("cuda")
+    check(processing.mean_norm(gc, backend="fused"), norm.mean_norm(as_float64(g)), value_dtype(g))
+    formats = processing.build_formats(gc, backend="fused")
+    assert formats is gc and processing.build_formats(gc, backend="fused") is gc
+    check(gc, g, torch.float64, expect_values=False)
+    rowptr, _, perm = convert.coo_to_csr(g.edge_index, g.num_dst)
+    assert torch.equal(gc.csr.rowptr.cpu(), rowptr) and torch.equal(gc.csr.perm.cpu(), perm)
+
+
+@pytest.mark.parametrize("name", ["isolated", "duplicates_loops", "giant_hub"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_self_loops_then_mean(name, weighted):
+    g = processing_graph(name, weighted, torch.float32)
+    got = processing.process_graph(g.to("cuda"), self_loops=True, fill_value=1.5, norm="mean", backend="fused")
+    check(got, norm.mean_norm(norm.add_remaining_self_loops(as_float64(g), 1.5)), torch.float32)
+
+
+def test_large_graph_multi_launch_scan():
+    g = processing_graph("large", True, torch.float32)
+    assert g.num_src + g.num_dst > graph_processing.SINGLE_BLOCK_SCAN
+    check(processing.gcn_norm(g.to("cuda"), backend="fused"), norm.gcn_norm(as_float64(g)), torch.float32)
+    g = processing_graph("many_loops", False)
+    check(processing.add_remaining_self_loops(g.to("cuda"), backend="fused"),
+          norm.add_remaining_self_loops(as_float64(g)), torch.float32)
+
+
+@pytest.mark.parametrize("name", ["duplicates_loops", "giant_hub", "many_loops"])
+def test_int64_workspace(monkeypatch, name):
+    monkeypatch.setattr(graph_processing, "WORKSPACE_INT32_LIMIT", 64)
+    g = processing_graph(name, True, torch.float32)
+    check(processing.gcn_norm(g.to("cuda"), backend="fused"), norm.gcn_norm(as_float64(g)), torch.float32)
+
+
+def test_duplicate_self_loops_keep_the_last_weight():
+    ei = torch.tensor([[0, 2, 1, 2, 2], [1, 2, 0, 2, 0]])
+    w = torch.tensor([1.0, 0.3, 2.0, 0.7, 4.0])
+    got = processing.add_remaining_self_loops(Graph(ei, num_nodes=3, edge_weight=w).to("cuda"), 9.0,
+                                              backend="fused")
+    assert got.edge_index.tolist() == [[0, 1, 2, 0, 1, 2], [1, 0, 0, 0, 1, 2]]
+    assert got.edge_weight.tolist() == pytest.approx([1.0, 2.0, 4.0, 9.0, 9.0, 0.7])
+
+
+def test_deterministic_across_runs():
+    g = processing_graph("giant_hub", False).to("cuda")
+    a = processing.gcn_norm(g, backend="fused")
+    b = processing.gcn_norm(g, backend="fused")
+    assert torch.equal(a.edge_weight, b.edge_weight) and torch.equal(a.csr.perm, b.csr.perm)
+
+
+def test_auto_uses_the_fused_stage_on_cuda():
+    g = processing_graph("isolated", False).to("cuda")
+    got = processing.gcn_norm(g)
+    assert got.cached(("kernels", "index32", "csr"), lambda: None) is not None
+
+
+@pytest.mark.parametrize(
+    "edges, message",
+    [
+        ([[0, 1, 2], [1, 9, 0]], (r"1 edge\(s\) out of range: sources must lie in \[0, 5\) and targets in "
+                                  r"\[0, 5\); the first is edge 1 = \(1, 9\)")),
+        ([[0, -3, 2, 7], [1, 1, 0, 1]], r"2 edge\(s\) out of range.*the first is edge 1 = \(-3, 1\)"),
+    ],
+)
+def test_out_of_range_indices_raise(edges, message):
+    g = Graph(torch.tensor(edges), num_nodes=5, validate=False).to("cuda")
+    for call in (lambda: processing.gcn_norm(g, backend="fused"), lambda: processing.mean_norm(g, backend="fused"),
+                 lambda: processing.build_formats(g, backend="fused")):
+        with pytest.raises(ValueError, match=f"process_graph: edge_index has {message}"):
+            call()
+    good = processing_graph("isolated", False).to("cuda")  # the stage still works afterwards
+    check(processing.gcn_norm(good, backend="fused"), norm.gcn_norm(as_float64(processing_graph("isolated", False))),
+          torch.float32)
+
+
+def test_launcher_rejects_bad_input_on_cuda():
+    ei = torch.tensor([[0, 1], [1, 0]], device="cuda")
+    with pytest.raises(TypeError, match="process_graph: edge_index must have dtype torch.int64; got torch.int32"):
+        graph_processing.process(ei.int(), 2, 2)
+    with pytest.raises(TypeError, match="process_graph: edge_weight must have dtype"):
+        graph_processing.process(ei, 2, 2, torch.ones(2, dtype=torch.float16, device="cuda"))
+    with pytest.raises(ValueError, match="process_graph: edge_weight must be a CUDA tensor; got a tensor on cpu"):
+        graph_processing.process(ei, 2, 2, torch.ones(2))
+    with pytest.raises(ValueError, match=r"process_graph: edge_weight must have shape \(E=2,\)"):
+        graph_processing.process(ei, 2, 2, torch.ones(3, device="cuda"))

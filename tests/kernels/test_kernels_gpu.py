@@ -1,0 +1,292 @@
+"""GPU suite of the kernel backends: every backend × reduce × K × graph case against the float64 reference,
+outputs poisoned with NaN before the kernels run, gradients included; gradcheck in float64; bitwise
+determinism of gespmm and gar; sddmm, edge softmax, the launchers' extras and the layers on each backend."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+import graphfuse
+from cases import GRAPH_CASES, TOLERANCES, make_graph_case
+from graphfuse.engine import reference
+from graphfuse.kernels import gas as gas_kernels
+from graphfuse.kernels import spmm as spmm_kernels
+
+pytestmark = pytest.mark.gpu
+
+BACKENDS = ["gespmm", "gar", "gas"]
+REDUCES = ["sum", "mean", "max", "min"]
+KS = [1, 7, 16, 32, 41, 64, 100, 128, 256, 602]
+CASES = GRAPH_CASES + ["big_hub"]
+HUB_DEGREE = 100_000
+
+
+@functools.cache
+def graph(case: str) -> graphfuse.Graph:
+    if case == "big_hub":  # node 0 receives from 100,000 sources; a sprinkle of random edges elsewhere
+        gen = torch.Generator().manual_seed(1)
+        n = HUB_DEGREE + 500
+        hub = torch.stack([torch.arange(1, HUB_DEGREE + 1), torch.zeros(HUB_DEGREE, dtype=torch.long)])
+        rand = torch.randint(0, n, (2, 20_000), generator=gen)
+        g = graphfuse.Graph(torch.cat([hub, rand], 1), num_nodes=n)
+    else:
+        g = make_graph_case(case)
+    return g.to("cuda")
+
+
+@pytest.fixture(autouse=True)
+def poison_allocator():
+    """Fill the caching allocator's free blocks with NaN, so outputs allocated by the kernels start as NaN."""
+    torch.cuda.synchronize()
+    blocks = [torch.full((1 << 17,), float("nan"), device="cuda") for _ in range(64)]  # small pool
+    blocks.append(torch.full((1 << 28,), float("nan"), device="cuda"))  # large pool, 1 GiB
+    del blocks
+    yield
+
+
+def assert_close(out: torch.Tensor, ref: torch.Tensor, scale: torch.Tensor | None = None) -> None:
+    """|out - ref| <= atol + rtol * scale (scale = |ref|, or the sum of |terms| for sums: the error bound of a
+    floating-point summation), with the tolerances of tests/cases.py for out's dtype. NaN never passes."""
+    tol = TOLERANCES[out.dtype]
+    out64 = out.double()
+    assert torch.isfinite(out64).all(), "output holds NaN/inf (an element was not written?)"
+    bound = tol["atol"] + tol["rtol"] * (ref.abs() if scale is None else scale)
+    err = (out64 - ref).abs()
+    worst = (err - bound).max() if err.numel() else torch.tensor(-1.0)
+    assert bool((err <= bound).all()), f"max error {err.max():.3e}, worst excess {worst:.3e}"
+
+
+def inputs(g, k, dtype, weighted, heads=None, seed=0):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    shape = (g.num_src, k) if heads is None else (g.num_src, heads, k // heads)
+    x = torch.randn(shape, generator=gen, device="cuda", dtype=dtype)
+    w = None
+    if weighted:
+        wshape = (g.num_edges,) if heads is None else (g.num_edges, heads)
+        w = torch.rand(wshape, generator=gen, device="cuda", dtype=dtype) + 0.5
+    return x, w
+
+
+def run_and_compare(backend, g, x, w, reduce):
+    x = x.clone().requires_grad_(True)
+    w = None if w is None else w.clone().requires_grad_(True)
+    out = graphfuse.aggregate(g, x, w, reduce, backend=backend)
+    x64 = x.detach().double()
+    w64 = None if w is None else w.detach().double()
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    grad = torch.randn(out.shape, generator=gen, device="cuda", dtype=out.dtype)
+    out.backward(grad)
+    ref, ref_dx, ref_dw = reference_with_grads(g, x64, w64, reduce, grad.double())
+    absw = None if w64 is None else w64.abs()
+    scale = reference.aggregate(g, x64.abs(), absw, reduce) if reduce in ("sum", "mean") else ref.abs()
+    assert_close(out, ref, scale)
+    # gradient scales: sums of |terms| over the transpose and over the features
+    assert_close(x.grad, ref_dx, _grad_x_scale(g, w64, grad, reduce))
+    if w is not None:
+        assert_close(w.grad, ref_dw, _grad_w_scale(g, x64, grad, reduce, w64.shape))
+
+
+def reference_with_grads(g, x64, w64, reduce, grad64):
+    """Float64 reference output and gradients. Sum/mean: autograd through the reference backend. Max/min: the
+    documented semantics, where among tied messages the first entry in CSR order takes the whole gradient
+    (torch's scatter_reduce splits it evenly instead; duplicate edges make exact ties)."""
+    xr = x64.clone().requires_grad_(True)
+    wr = None if w64 is None else w64.clone().requires_grad_(True)
+    ref = reference.aggregate(g, xr, wr, reduce)
+    if reduce in ("sum", "mean"):
+        ref.backward(grad64)
+        return ref.detach(), xr.grad, (None if wr is None else wr.grad)
+    ref = ref.detach()
+    src, dst = g.edge_index
+    xs = x64.index_select(0, src)
+    wb = None if w64 is None else w64.view(*w64.shape, *([1] * (x64.dim() - w64.dim())))
+    msg = xs if wb is None else xs * wb
+    hit = msg == ref.index_select(0, dst)
+    pos = torch.empty_like(g.csr.perm)
+    pos[g.csr.perm] = torch.arange(g.num_edges, device=pos.device)
+    big = torch.iinfo(torch.int64).max
+    score = torch.where(hit, pos.view(-1, *([1] * (msg.dim() - 1))).expand_as(msg), big)
+    first = torch.full_like(ref, big, dtype=torch.int64).scatter_reduce(
+        0, dst.view(-1, *([1] * (msg.dim() - 1))).expand_as(msg), score, "amin", include_self=True)
+    win = hit & (score == first.index_select(0, dst))
+    gsel = torch.where(win, grad64.index_select(0, dst), 0.0)
+    dx = torch.zeros_like(x64).index_add(0, src, gsel if wb is None else gsel * wb)
+    dw = None
+    if w64 is not None:
+        prod = gsel * xs
+        dw = prod.flatten(1).sum(-1) if w64.dim() == 1 else prod.sum(-1)
+    return ref, dx, dw
+
+
+def _grad_x_scale(g, w64, grad, reduce):
+    gt = graphfuse.Graph(g.edge_index.flip(0), num_src=g.num_dst, num_dst=g.num_src)
+    ga = grad.double().abs()
+    if reduce == "mean":
+        ga = ga / g.in_degree.clamp(min=1).double().view(-1, *([1] * (ga.dim() - 1)))
+    return reference.aggregate(gt, ga, None if w64 is None else w64.abs(), "sum")
+
+
+def _grad_w_scale(g, x64, grad, reduce, wshape):
+    src, dst = g.edge_index
+    ga = grad.double().abs()
+    if reduce == "mean":
+        ga = ga / g.in_degree.clamp(min=1).double().view(-1, *([1] * (ga.dim() - 1)))
+    prod = ga.index_select(0, dst) * x64.abs().index_select(0, src)
+    return prod.flatten(1).sum(-1) if len(wshape) == 1 else prod.sum(-1)
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("k", KS)
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_aggregate_matches_reference(backend, reduce, k, case):
+    g = graph(case)
+    weighted = (k + len(case)) % 3 != 0  # most combinations weighted, some unweighted
+    x, w = inputs(g, k, torch.float32, weighted)
+    run_and_compare(backend, g, x, w, reduce)
+
+
+@pytest.mark.parametrize("case", ["unsorted", "hub", "bipartite", "big_hub", "no_edges"])
+@pytest.mark.parametrize("heads, k", [(2, 2), (4, 28), (2, 82), (8, 64), (3, 606)])
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_aggregate_multihead(backend, reduce, heads, k, case):
+    g = graph(case)
+    x, w = inputs(g, k, torch.float32, True, heads=heads)
+    run_and_compare(backend, g, x, w, reduce)
+
+
+@pytest.mark.parametrize("case", ["unsorted", "hub", "bipartite", "duplicates", "isolated"])
+@pytest.mark.parametrize("k", [1, 7, 41])
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_aggregate_float64(backend, reduce, k, case):
+    g = graph(case)
+    x, w = inputs(g, k, torch.float64, True)
+    run_and_compare(backend, g, x, w, reduce)
+
+
+@pytest.mark.parametrize("case", ["unsorted", "bipartite", "duplicates", "single_node"])
+@pytest.mark.parametrize("k", [3, 33])
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gradcheck(backend, reduce, k, case):
+    g = graph(case)
+    x, w = inputs(g, k, torch.float64, True, seed=3)
+    x.requires_grad_(True)
+    w.requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda a, b: graphfuse.aggregate(g, a, b, reduce, backend=backend), (x, w),
+                                    eps=1e-6, atol=1e-7, rtol=1e-5, nondet_tol=1e-12 if backend == "gas" else 0.0)
+
+
+@pytest.mark.parametrize("heads", [None, 4])
+@pytest.mark.parametrize("case", ["unsorted", "bipartite"])
+def test_gradcheck_sddmm(case, heads):
+    g = graph(case)
+    k = 12
+    shape_a = (g.num_dst, k) if heads is None else (g.num_dst, heads, k // heads)
+    shape_b = (g.num_src, k) if heads is None else (g.num_src, heads, k // heads)
+    a = torch.randn(shape_a, device="cuda", dtype=torch.float64, requires_grad=True)
+    b = torch.randn(shape_b, device="cuda", dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda p, q: graphfuse.sddmm(g, p, q, backend="gespmm"), (a, b))
+
+
+@functools.cache
+def skewed_graph() -> graphfuse.Graph:
+    gen = torch.Generator().manual_seed(5)
+    n = 20_000
+    src = torch.randint(0, n, (600_000,), generator=gen)
+    dst = (torch.rand(600_000, generator=gen) ** 3 * n).long()  # heavy in-degree skew toward node 0
+    return graphfuse.Graph(torch.stack([src, dst]), num_nodes=n).to("cuda")
+
+
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("k", [7, 64, 602])
+@pytest.mark.parametrize("backend", ["gespmm", "gar"])
+def test_bitwise_deterministic(backend, reduce, k):
+    g = skewed_graph()
+    x, w = inputs(g, k, torch.float32, True, seed=11)
+    grad = torch.randn(g.num_dst, k, device="cuda")
+    results = []
+    for _ in range(2):
+        xi = x.clone().requires_grad_(True)
+        wi = w.clone().requires_grad_(True)
+        out = graphfuse.aggregate(g, xi, wi, reduce, backend=backend, deterministic=True)
+        out.backward(grad)
+        results.append((out.detach(), xi.grad, wi.grad))
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("case", ["unsorted", "hub", "bipartite", "no_edges", "big_hub"])
+@pytest.mark.parametrize("heads", [None, 3])
+@pytest.mark.parametrize("k", [6, 96])
+def test_sddmm_and_edge_softmax(case, heads, k):
+    g = graph(case)
+    shape_a = (g.num_dst, k) if heads is None else (g.num_dst, heads, k // heads)
+    shape_b = (g.num_src, k) if heads is None else (g.num_src, heads, k // heads)
+    a = torch.randn(shape_a, device="cuda")
+    b = torch.randn(shape_b, device="cuda")
+    out = graphfuse.sddmm(g, a, b, backend="gar")
+    ref = reference.sddmm(g, a.double(), b.double())
+    src, dst = g.edge_index
+    scale = (a.double().abs().index_select(0, dst) * b.double().abs().index_select(0, src)).sum(-1)
+    assert_close(out, ref, scale)
+    scores = torch.randn(out.shape, device="cuda")
+    soft = graphfuse.edge_softmax(g, scores, backend="gar")
+    assert_close(soft, reference.edge_softmax(g, scores.double()))
+
+
+def test_gas_fused_self_loops():
+    g = graph("unsorted")
+    x = torch.randn(g.num_src, 40, device="cuda")
+    w = torch.rand(g.num_edges, device="cuda")
+    sw = torch.rand(g.num_dst, device="cuda")
+    out = gas_kernels.gas_forward(g.edge_index[0], g.edge_index[1], x, w, num_dst=g.num_dst, self_weight=sw)
+    ref = reference.aggregate(g, x.double(), w.double()) + sw.double().unsqueeze(1) * x.double()
+    assert_close(out, ref, reference.aggregate(g, x.double().abs(), w.double()) + sw.double().unsqueeze(1) * x.double().abs())
+    grad = torch.randn_like(out)
+    dx, _ = gas_kernels.gas_backward(g.edge_index[0], g.edge_index[1], grad, None, w, num_src=g.num_src,
+                                     self_weight=sw)
+    gt = graphfuse.Graph(g.edge_index.flip(0), num_nodes=g.num_nodes)
+    ref_dx = reference.aggregate(gt, grad.double(), w.double()) + sw.double().unsqueeze(1) * grad.double()
+    assert_close(dx, ref_dx, reference.aggregate(gt, grad.double().abs(), w.double()) + grad.double().abs())
+
+
+def test_gespmm_schedule_splits_hub_rows():
+    g = graph("big_hub")
+    sched = spmm_kernels.row_schedule(g.csr.rowptr, 512)
+    assert sched is not None and sched.long_rows.numel() >= 1
+    x = torch.randn(g.num_src, 64, device="cuda")
+    col = g.csr.col.int()
+    for reduce in REDUCES:
+        split, arg_split = spmm_kernels.gespmm(g.csr.rowptr, col, x, reduce=reduce, schedule=sched, return_arg=True)
+        _, arg_whole = spmm_kernels.gespmm(g.csr.rowptr, col, x, reduce=reduce, return_arg=True)
+        ref = reference.aggregate(g, x.double(), None, reduce)
+        assert_close(split, ref, reference.aggregate(g, x.double().abs(), None, "sum") if reduce in ("sum", "mean")
+                     else None)
+        if arg_split is not None:
+            assert torch.equal(arg_split, arg_whole)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_auto_and_layers_run_on_backend(backend):
+    nn = pytest.importorskip("graphfuse.nn")
+    g = graph("hub")
+    x = torch.randn(g.num_src, 16, device="cuda")
+    torch.manual_seed(0)
+    layers = [nn.GCNConv(16, 8), nn.GATConv(16, 4, heads=2), nn.SAGEConv(16, 8, aggr="max"),
+              nn.SAGEConv(16, 8, aggr="mean")]
+    for layer in layers:
+        layer = layer.cuda()
+        with graphfuse.use_backend("reference"):
+            ref = layer(x, g)
+        with graphfuse.use_backend(backend):
+            out = layer(x, g)
+            out.sum().backward()
+        torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+    out = graphfuse.aggregate(g, x)  # "auto" on CUDA picks a kernel backend and matches the reference
+    assert_close(out, reference.aggregate(g, x.double()), reference.aggregate(g, x.double().abs()))

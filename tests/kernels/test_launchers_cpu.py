@@ -1,0 +1,148 @@
+"""CPU-side tests of the kernel package: import without CuPy, launcher validation, row schedules,
+the atomic-free edge softmax and the "auto" choice."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import graphfuse
+from cases import make_graph_case
+from graphfuse.engine import autograd, reference
+from graphfuse.kernels import gar, gas, spmm
+
+
+def test_kernels_import_without_cupy():
+    code = ("import sys; sys.modules['cupy'] = None; import graphfuse, graphfuse.kernels.spmm, "
+            "graphfuse.kernels.gar, graphfuse.kernels.gas; print(sorted(graphfuse.registered_backends()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "gespmm" in out and "gar" in out and "gas" in out
+
+
+def _csr(n=4, e=6):
+    rowptr = torch.tensor([0, 2, 3, 5, 6], dtype=torch.int64)
+    col = torch.tensor([0, 1, 2, 3, 0, 1], dtype=torch.int32)
+    return rowptr, col
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"x": torch.zeros(4, 3, dtype=torch.int32)}, TypeError, "gespmm: x must have dtype"),
+        ({"x": torch.zeros(4)}, ValueError, "gespmm: x must have 2 dimensions"),
+        ({"col": torch.zeros(6, dtype=torch.int64)}, TypeError, "gespmm: col must have dtype torch.int32"),
+        ({"rowptr": torch.zeros(5, dtype=torch.int32)}, TypeError, "gespmm: rowptr must have dtype torch.int64"),
+        ({"values": torch.ones(5)}, ValueError, r"gespmm: values must have shape \(nnz=6,\)"),
+        ({"values": torch.ones(6, 2), "heads": 2}, ValueError, "K=3 must be divisible by heads=2"),
+        ({"reduce": "prod"}, ValueError, "gespmm: reduce must be one of"),
+        ({"x": torch.zeros(4, 3).t().contiguous().t()}, ValueError, "gespmm: x must be contiguous"),
+        ({}, ValueError, "gespmm: x must be a CUDA tensor; got a tensor on cpu"),
+    ],
+)
+def test_gespmm_validation(kwargs, error, match):
+    rowptr, col = _csr()
+    args = {"rowptr": rowptr, "col": col, "x": torch.zeros(4, 3), "values": None}
+    args.update({k: v for k, v in kwargs.items() if k in args})
+    extra = {k: v for k, v in kwargs.items() if k not in args}
+    with pytest.raises(error, match=match):
+        spmm.gespmm(args["rowptr"], args["col"], args["x"], args["values"], **extra)
+
+
+def test_gespmm_argmask_needs_sum():
+    rowptr, col = _csr()
+    with pytest.raises(ValueError, match="argmask mode"):
+        spmm.gespmm(rowptr, col, torch.zeros(4, 3), reduce="max", edge_id=torch.zeros(6, dtype=torch.int64),
+                    gather_arg=torch.zeros(4, 3, dtype=torch.int64))
+
+
+def test_gar_validation():
+    rowptr, col = _csr()
+    with pytest.raises(TypeError, match="gar_forward: x must have dtype"):
+        gar.gar_forward(rowptr, col, torch.zeros(4, 3, dtype=torch.float16))
+    with pytest.raises(ValueError, match="gar_forward: x must be a CUDA tensor"):
+        gar.gar_forward(rowptr, col, torch.zeros(4, 3))
+    with pytest.raises(ValueError, match="gar_backward: ask for at least one"):
+        gar.gar_backward(rowptr, col, torch.zeros(4, 3), None, need_dx=False, need_dw=False)
+    with pytest.raises(TypeError, match="gar_backward: edge_perm must be a torch.Tensor"):
+        gar.gar_backward(rowptr, col, torch.zeros(4, 3), torch.zeros(4, 3), need_dw=True)
+    with pytest.raises(ValueError, match=r"gar_backward: x must have shape \(num_src=4, K=3\)"):
+        gar.gar_backward(rowptr, col, torch.zeros(4, 3), torch.zeros(5, 3), need_dw=True,
+                         edge_perm=torch.arange(6))
+
+
+def test_gas_validation():
+    src = torch.tensor([0, 1, 2])
+    with pytest.raises(ValueError, match=r"gas_forward: dst must have shape \(E=3,\)"):
+        gas.gas_forward(src, torch.tensor([0, 1]), torch.zeros(3, 4), num_dst=3)
+    with pytest.raises(ValueError, match="gas_forward: num_dst must be a non-negative int"):
+        gas.gas_forward(src, src, torch.zeros(3, 4), num_dst=-1)
+    with pytest.raises(ValueError, match="gas_forward: x must be a CUDA tensor"):
+        gas.gas_forward(src, src, torch.zeros(3, 4), num_dst=3)
+    with pytest.raises(ValueError, match=r"gas_forward: self loops need x with at least num_dst=5 rows"):
+        gas.gas_forward(src, src, torch.zeros(3, 4), num_dst=5, self_loops=True)
+
+
+@pytest.mark.parametrize("segment", [1, 2, 3, 100])
+def test_row_schedule_covers_rows(segment):
+    deg = torch.tensor([0, 5, 1, 0, 7, 2, 3])
+    rowptr = torch.cat([torch.zeros(1, dtype=torch.int64), deg.cumsum(0)])
+    sched = spmm.row_schedule(rowptr, segment)
+    if deg.max() <= segment:
+        assert sched is None
+        return
+    seg_len = sched.seg_ptr.diff()
+    assert int(seg_len.max()) <= segment and int(seg_len.min()) >= 0
+    assert sched.seg_ptr[0] == 0 and sched.seg_ptr[-1] == rowptr[-1]
+    # each row's segments tile exactly its entries
+    for r in range(deg.numel()):
+        segs = (sched.seg_row == r).nonzero().flatten()
+        assert segs.numel() >= 1
+        assert int(sched.seg_ptr[segs[0]]) == int(rowptr[r]) and int(sched.seg_ptr[segs[-1] + 1]) == int(rowptr[r + 1])
+        long = bool((sched.long_rows == r).any())
+        assert long == (int(deg[r]) > segment)
+        if long:
+            i = int((sched.long_rows == r).nonzero())
+            slots = (-sched.seg_slot[segs] - 1).tolist()
+            assert slots == list(range(int(sched.long_ptr[i]), int(sched.long_ptr[i + 1])))
+        else:
+            assert sched.seg_slot[segs].tolist() == [r]
+    assert sched.num_partials == int(sched.long_ptr[-1])
+
+
+@pytest.mark.parametrize("case", ["unsorted", "hub", "isolated", "bipartite"])
+@pytest.mark.parametrize("heads", [None, 3])
+def test_edge_softmax_matches_reference(case, heads):
+    g = make_graph_case(case)
+    shape = (g.num_edges,) if heads is None else (g.num_edges, heads)
+    scores = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+    out = autograd.edge_softmax(g, scores)
+    ref = reference.edge_softmax(g, scores)
+    torch.testing.assert_close(out, ref)
+    grad = torch.randn_like(out)
+    (a,) = torch.autograd.grad(out, scores, grad)
+    (b,) = torch.autograd.grad(ref, scores, grad)
+    torch.testing.assert_close(a, b)
+
+
+def test_choose():
+    g = make_graph_case("hub")  # 700 edges / 300 nodes
+    x = torch.randn(300, 8)
+    w = torch.rand(g.num_edges, requires_grad=True)
+    assert autograd.choose(g, x, None, "sum") == "gespmm"
+    assert autograd.choose(g, x.half(), None, "sum") is None
+    sparse = graphfuse.Graph(torch.tensor([[0, 1], [1, 2]]), num_nodes=3)
+    assert autograd.choose(sparse, torch.randn(3, 4), None, "sum") == "gas"
+    assert autograd.choose(sparse, torch.randn(3, 4), None, "max") == "gespmm"
+    dense = graphfuse.Graph(torch.randint(0, 4, (2, 200)), num_nodes=4)
+    assert autograd.choose(dense, torch.randn(4, 4), torch.rand(200, requires_grad=True), "sum") == "gar"
+    assert autograd.choose(dense, torch.randn(4, 4), w[:200].detach(), "sum") == "gespmm"
+
+
+def test_cuda_backend_refuses_cpu_tensors():
+    g = make_graph_case("unsorted")
+    for name in ("gespmm", "gar", "gas"):
+        with pytest.raises(ValueError, match=f"backend '{name}' runs on"):
+            graphfuse.aggregate(g, torch.randn(50, 4), backend=name)

@@ -216,7 +216,8 @@ def bench_workload(work: Workload, device: str, args: argparse.Namespace) -> lis
 # ------------------------------------------------------------------------------------------ output
 def merge(path: Path, new: list[dict], meta: dict) -> dict:
     old = json.loads(path.read_text()) if path.exists() else {"results": []}
-    key = lambda r: (r["device_name"], r["graph"], r["sampler"])
+    def key(r):
+        return (r["device_name"], r["graph"], r["sampler"])
     fresh = {key(r) for r in new}
     results = [r for r in old.get("results", []) if key(r) not in fresh] + new
     return {"meta": meta, "results": sorted(results, key=lambda r: (r["graph"], r["device"], r["sampler"]))}

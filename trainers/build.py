@@ -1,7 +1,8 @@
 """Turn config sections into objects: each section becomes plain constructor arguments through a registry dict.
 
 Nothing below trainers/ sees omegaconf: :func:`build_dataset` calls ``graphfuse.data.load_dataset`` with plain
-values and :func:`build_model` calls a model class with plain keyword arguments.
+values, :func:`build_model` calls a model class with plain keyword arguments and :func:`build_datamodule`
+picks the full-graph or the sampled data module from the sampler section.
 
 The ``pyg_gcn`` / ``pyg_gat`` models are the side-by-side reference: PyTorch Geometric's ``GCNConv`` /
 ``GATConv`` in the very layer stack of graphfuse's models (:class:`graphfuse.nn.GNN`: dropout → conv →
@@ -13,16 +14,19 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
-from graphfuse.data import NodeDataset, dataset_options, load_dataset
+from graphfuse.data import NodeDataset, dataset_options, default_root, load_dataset
 from graphfuse.graph import Graph
 from graphfuse.nn import GNN, MODELS
 from graphfuse.nn.models import layer_widths
-from graphfuse.trainers.config import ConfigError
+from graphfuse.trainers.config import SAINT_PARAMS, ConfigError
+from graphfuse.trainers.datamodule import FullGraphDataModule
+from graphfuse.trainers.sampled import NEIGHBOR_LOADER_ARGS, SAINT_LOADER_ARGS, SampledDataModule
 
 
 class PygConv(nn.Module):
@@ -141,3 +145,34 @@ def build_dataset(cfg: DictConfig) -> NodeDataset:
             f"valid options are: {listing}."
         )
     return load_dataset(cfg.name, cfg.root, normalize_features=cfg.normalize_features, **options)
+
+
+def uses_mean_weights(cfg: DictConfig) -> bool:
+    """Whether the model of the ``model`` section reads its graphs' edge weights as a mean aggregation's
+    (GraphSAINT with ``aggr="sum"``; see :class:`~graphfuse.trainers.datamodule.FullGraphDataModule`)."""
+    return cfg.name == "saint" and cfg.aggr == "sum"
+
+
+def build_datamodule(cfg: DictConfig, dataset: NodeDataset) -> FullGraphDataModule:
+    """The data module of the run ``cfg``: full-graph when ``sampler.name`` is null, else sampled.
+
+    GraphSAINT samplers take their parameters from :data:`~graphfuse.trainers.config.SAINT_PARAMS`, their
+    loader ``num_steps``, ``sample_coverage``, ``norm`` and ``normalize_edges = aggr_norm`` (when the coverage
+    is > 0); the neighbour loader takes :data:`~graphfuse.trainers.sampled.NEIGHBOR_LOADER_ARGS`.
+    Normalisation coefficients are cached under ``sampler.cache_dir`` (null: ``<data root>/saint_norm``).
+    """
+    mean_weights = uses_mean_weights(cfg.model)
+    sampler = cfg.sampler
+    if sampler.name is None:
+        return FullGraphDataModule(dataset, mean_weights=mean_weights)
+    plain = OmegaConf.to_container(sampler, resolve=True)
+    if sampler.name == "neighbor":
+        sampler_args: dict[str, Any] = {}
+        loader_args = {key: plain[key] for key in NEIGHBOR_LOADER_ARGS}
+    else:
+        sampler_args = {key: plain[key] for key in SAINT_PARAMS[sampler.name]}
+        loader_args = {key: plain[key] for key in SAINT_LOADER_ARGS}
+        loader_args["normalize_edges"] = bool(sampler.aggr_norm and sampler.sample_coverage > 0)
+    cache_dir = Path(sampler.cache_dir or Path(cfg.data.root or default_root()) / "saint_norm")
+    return SampledDataModule(dataset, sampler.name, sampler_args, loader_args, mean_weights=mean_weights,
+                             seed=cfg.seed, cache_dir=cache_dir)

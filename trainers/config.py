@@ -2,7 +2,8 @@
 
 A run's config is ``OmegaConf.merge`` of, in order: the structured schema below (types and defaults),
 ``configs/defaults.yaml``, the chosen group files (``configs/data/<name>.yaml`` under ``data``,
-``configs/model/<name>.yaml`` under ``model``, ``configs/trainer/<name>.yaml`` under ``trainer``), the
+``configs/model/<name>.yaml`` under ``model``, ``configs/trainer/<name>.yaml`` under ``trainer``,
+``configs/sampler/<name>.yaml`` under ``sampler``), the
 experiment file ``configs/experiment/<name>.yaml`` and the command-line dotlist. Group choices come from the
 ``defaults:`` mapping of defaults.yaml, then of the experiment file, then from command-line items such as
 ``model=gat``; ``experiment=gat_cora`` chooses the experiment. Every other item is a dotlist override
@@ -23,7 +24,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
-GROUPS = ("data", "model", "trainer")
+GROUPS = ("data", "model", "trainer", "sampler")
 """Config groups: a YAML file per choice under configs/<group>/, merged into the section of that name."""
 
 
@@ -45,8 +46,11 @@ class DataConfig:
 class ModelConfig:
     """The model (``graphfuse.nn.MODELS`` or a ``pyg_*`` reference twin) and its hyper-parameters.
 
-    ``heads``/``out_heads``/``attn_dropout`` apply to GAT models, ``aggr`` to GraphSAGE; ``backend`` is the
-    aggregation engine backend of every layer (``"auto"`` lets the engine choose).
+    ``heads``/``out_heads``/``attn_dropout`` apply to GAT models, ``aggr`` to GraphSAGE and GraphSAINT,
+    ``jk`` (jumping-knowledge output) and ``normalize`` (L2-normalised rows before the classifier) to GraphSAINT;
+    ``backend`` is the aggregation engine backend of every layer (``"auto"`` lets the engine choose). A
+    GraphSAINT model with ``aggr: sum`` gets edge weights ``1/in_deg(target)`` on its graphs, so that its
+    weighted sum is a mean on the full graph and GraphSAINT's aggregation normalisation can scale it in batches.
     """
 
     name: str = "gcn"
@@ -59,6 +63,8 @@ class ModelConfig:
     out_heads: int = 1
     attn_dropout: float = 0.6
     aggr: str = "mean"
+    jk: bool = False
+    normalize: bool = True
     backend: str = "auto"
 
 
@@ -75,7 +81,9 @@ class TrainerConfig:
     """Lightning Trainer settings plus early stopping, resume and progress display.
 
     ``patience`` is the number of epochs without a better ``val/acc`` before stopping; 0 or None turns early
-    stopping off. ``resume`` continues from ``<output_dir>/checkpoints/last.ckpt``.
+    stopping off; it counts validation checks, which run every ``check_val_every_n_epoch`` epochs (the
+    checkpoints, ``last.ckpt`` included, are written at those epochs). ``resume`` continues from
+    ``<output_dir>/checkpoints/last.ckpt``.
     """
 
     max_epochs: int = 200
@@ -87,7 +95,41 @@ class TrainerConfig:
     progress_bar: bool = True
     model_summary: bool = True
     log_every_n_steps: int = 1
+    check_val_every_n_epoch: int = 1
     precision: str = "32"
+
+
+@dataclass
+class SamplerConfig:
+    """How training batches are drawn: ``name`` null trains on the full graph; otherwise a sampler of
+    ``graphfuse.samplers`` draws the training batches and validation and test run on the full graph.
+
+    GraphSAINT samplers (``saint_rw``: ``roots`` and ``walk_length``; ``saint_node`` and ``saint_edge``:
+    ``budget``) draw ``num_steps`` subgraphs per epoch. ``sample_coverage`` > 0 pre-samples the normalisation
+    coefficients (cached under ``cache_dir``, null: ``<data root>/saint_norm``) in convention ``norm``
+    (``pyg`` or ``paper``): the loss is weighted by ``node_norm`` and, with ``aggr_norm``, the batch graph's
+    edge weights are ``edge_norm`` times the model's own weights (this needs ``model.name=saint`` with
+    ``model.aggr=sum``). ``neighbor`` draws ``batch_size`` training seeds per batch with fan-outs
+    ``num_neighbors`` (one per hop, -1 = all), as PyG's NeighborLoader (``replace``, ``subgraph_type``,
+    ``disjoint``, ``shuffle``, ``drop_last``).
+    """
+
+    name: str | None = None
+    roots: int = 3000
+    walk_length: int = 2
+    budget: int = 6000
+    num_steps: int = 5
+    sample_coverage: float = 50.0
+    norm: str = "pyg"
+    aggr_norm: bool = True
+    cache_dir: str | None = None
+    num_neighbors: list[int] = field(default_factory=lambda: [15, 10, 5])
+    batch_size: int = 1024
+    replace: bool = False
+    subgraph_type: str = "directional"
+    disjoint: bool = False
+    shuffle: bool = True
+    drop_last: bool = False
 
 
 @dataclass
@@ -111,10 +153,21 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
 
 
-_CHOICES = {"wandb_mode": ("offline", "online", "disabled"), "norm": (None, "batch", "layer")}
+SAMPLERS = (None, "saint_rw", "saint_node", "saint_edge", "neighbor")
+"""Valid ``sampler.name`` values (None: full-graph training); trainers/build.py maps them to loaders."""
+SAINT_PARAMS = {"saint_rw": ("roots", "walk_length"), "saint_node": ("budget",), "saint_edge": ("budget",)}
+"""The sampler-section keys each GraphSAINT sampler is constructed from."""
+_CHOICES = {
+    ("logger", "wandb_mode"): ("offline", "online", "disabled"),
+    ("model", "norm"): (None, "batch", "layer"),
+    ("sampler", "name"): SAMPLERS,
+    ("sampler", "norm"): ("pyg", "paper"),
+    ("sampler", "subgraph_type"): ("directional", "bidirectional", "induced"),
+}
 
 
 def config_dir() -> Path:
@@ -211,24 +264,61 @@ def split_overrides(overrides: Iterable[str]) -> tuple[dict[str, str], list[str]
     return choices, dotlist
 
 
+def _validate_sampler(cfg: DictConfig) -> None:
+    sampler = cfg.sampler
+    if sampler.name is None:
+        return
+    if sampler.name == "neighbor":
+        keys = ("batch_size",)
+        if cfg.model.name == "saint" and cfg.model.aggr == "sum":
+            raise ConfigError(
+                "sampler=neighbor with model.name=saint needs model.aggr=mean (the mean over each node's sampled "
+                "in-neighbours); model.aggr=sum reads full-graph mean weights, which a neighbour batch does not "
+                "keep unbiased."
+            )
+        hops = list(sampler.num_neighbors)
+        if not hops or any(k == 0 or k < -1 for k in hops):
+            raise ConfigError(f"invalid value for 'sampler.num_neighbors': {hops}; it must be a non-empty list of "
+                              "fan-outs, each >= 1 or -1 (all neighbours).")
+    else:
+        keys = ("num_steps", *SAINT_PARAMS[sampler.name])
+        if sampler.sample_coverage < 0:
+            raise ConfigError(f"invalid value for 'sampler.sample_coverage': {sampler.sample_coverage}; it must be "
+                              ">= 0 (0: no normalisation).")
+        if sampler.aggr_norm and sampler.sample_coverage > 0 and not (cfg.model.name == "saint"
+                                                                      and cfg.model.aggr == "sum"):
+            raise ConfigError(
+                f"sampler.aggr_norm=true puts GraphSAINT's aggregation normalisation into the batch graphs' edge "
+                f"weights, which only model.name=saint with model.aggr=sum reads; got model.name={cfg.model.name} "
+                f"with model.aggr={cfg.model.aggr}. Use model=saint model.aggr=sum, or sampler.aggr_norm=false "
+                "(loss normalisation only)."
+            )
+    for key in keys:
+        minimum = 0 if key == "walk_length" else 1
+        if sampler[key] < minimum:
+            raise ConfigError(f"invalid value for 'sampler.{key}': {sampler[key]}; the {sampler.name} sampler "
+                              f"needs it >= {minimum}.")
+
+
 def _validate(cfg: DictConfig) -> None:
-    for section, key in (("logger", "wandb_mode"), ("model", "norm")):
+    for (section, key), choices in _CHOICES.items():
         value = cfg[section][key]
-        if value not in _CHOICES[key]:
-            valid = ", ".join("null" if c is None else c for c in _CHOICES[key])
+        if value not in choices:
+            valid = ", ".join("null" if c is None else c for c in choices)
             raise ConfigError(f"invalid value for '{section}.{key}': {value!r}; valid values are: {valid}.")
-    for key in ("max_epochs", "devices", "log_every_n_steps"):
+    for key in ("max_epochs", "devices", "log_every_n_steps", "check_val_every_n_epoch"):
         if cfg.trainer[key] < 1:
             raise ConfigError(f"invalid value for 'trainer.{key}': {cfg.trainer[key]}; it must be >= 1.")
     if cfg.trainer.patience is not None and cfg.trainer.patience < 0:
         raise ConfigError(f"invalid value for 'trainer.patience': {cfg.trainer.patience}; use 0 or null for off.")
+    _validate_sampler(cfg)
 
 
 def load_config(overrides: Iterable[str] = ()) -> DictConfig:
     """Compose a run's config from the YAML files and ``overrides`` (command-line items).
 
     Args:
-        overrides: items ``group=choice`` (``data``, ``model``, ``trainer``), ``experiment=name`` or dotlist
+        overrides: items ``group=choice`` (``data``, ``model``, ``trainer``, ``sampler``), ``experiment=name`` or dotlist
             ``key.sub=value``.
 
     Returns:

@@ -2,7 +2,8 @@
 
 The batch (features, labels, :class:`graphfuse.Graph`, split masks) is built once in ``setup`` and moved to
 the device once; every later epoch reuses the same device-resident batch, so the Graph's caches (CSR/CSC,
-``gcn_norm``, ...) are built on the first epoch and reused ever after.
+``gcn_norm``, ...) are built on the first epoch and reused ever after. :class:`SampledDataModule`
+(trainers/sampled.py) reuses this batch for validation and test and samples the training batches.
 """
 
 from __future__ import annotations
@@ -53,6 +54,16 @@ class FullGraphBatch:
         )
 
 
+def mean_edge_weight(graph: Graph) -> Tensor:
+    """``1 / in_deg(target)`` per edge: with these weights a weighted sum over in-edges is their mean.
+
+    Shapes:
+        → (E,) float32.
+    """
+    degree = graph.in_degree.to(torch.float32)
+    return degree[graph.edge_index[1]].reciprocal()
+
+
 def _identity(batch: FullGraphBatch) -> FullGraphBatch:
     return batch
 
@@ -62,11 +73,14 @@ class FullGraphDataModule(pl.LightningDataModule):
 
     Args:
         dataset: the loaded node-classification dataset.
+        mean_weights: give the graph edge weights ``1 / in_deg(target)``, with which a layer summing weighted
+            messages (``GraphSAINTConv(aggr="sum")``) takes the mean over in-neighbours.
     """
 
-    def __init__(self, dataset: NodeDataset) -> None:
+    def __init__(self, dataset: NodeDataset, *, mean_weights: bool = False) -> None:
         super().__init__()
         self.dataset = dataset
+        self.mean_weights = mean_weights
         self.batch: FullGraphBatch | None = None
         self._device_batch: FullGraphBatch | None = None
 
@@ -82,8 +96,11 @@ class FullGraphDataModule(pl.LightningDataModule):
         if self.batch is not None:
             return
         ds = self.dataset
+        graph = Graph(ds.edge_index, num_nodes=ds.num_nodes)
+        if self.mean_weights:
+            graph = Graph(ds.edge_index, num_nodes=ds.num_nodes, edge_weight=mean_edge_weight(graph))
         self.batch = FullGraphBatch(
-            x=ds.x, y=ds.y, graph=Graph(ds.edge_index, num_nodes=ds.num_nodes),
+            x=ds.x, y=ds.y, graph=graph,
             train_mask=ds.train_mask, val_mask=ds.val_mask, test_mask=ds.test_mask,
         )
 

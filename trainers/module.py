@@ -1,9 +1,15 @@
 """The LightningModule of node classification: loss, metrics and optimiser around a plain ``nn.Module``.
 
-One shared step serves train, val and test: run the model on the full graph, take cross-entropy on that
-stage's mask and log ``{stage}/loss``, ``{stage}/acc`` and ``{stage}/f1_micro`` (plus ogb's official metric,
-``{stage}/ogb_<metric>``, for ogbn-* datasets). ``train/epoch_time`` is the wall time of each training epoch
-(forward, backward and optimiser step; validation excluded).
+One shared step serves train, val and test and both kinds of batch: run the model on the batch's graph, take
+cross-entropy over the batch's target rows for that stage (:func:`target_rows`) and log ``{stage}/loss``,
+``{stage}/acc`` and ``{stage}/f1_micro`` (plus ogb's official metric, ``{stage}/ogb_<metric>``, for ogbn-*
+datasets). A full-graph batch's target rows are the stage's mask. A sampled batch's are its first
+``batch_size`` nodes (the seeds of a neighbour batch, every node of a GraphSAINT batch) that are in the
+stage's mask when the batch carries one (``train_mask``); a GraphSAINT batch's loss is
+``Σ node_norm_v · loss_v`` over them (:func:`node_loss`): an unbiased estimate of the full graph's summed
+training loss divided by N (PyG's normalisation) or by the number of training nodes (the paper's).
+``train/epoch_time`` is the wall time of each training epoch (forward, backward and optimiser step;
+validation excluded).
 """
 
 from __future__ import annotations
@@ -18,9 +24,41 @@ from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 from torchmetrics.functional.classification import multiclass_accuracy, multiclass_f1_score
 
+from graphfuse.samplers import Batch
 from graphfuse.trainers.datamodule import FullGraphBatch
 
 STAGES = ("train", "val", "test")
+
+
+def target_rows(batch: FullGraphBatch | Batch, stage: str) -> tuple[Tensor, Tensor | None]:
+    """The rows of ``batch`` that ``stage``'s loss and metrics are taken over, and their loss weights.
+
+    Returns:
+        ``(mask, weight)``: a bool mask over the batch's nodes, and the per-row loss weights under the mask
+        (GraphSAINT's ``node_norm``) or None for a plain mean.
+
+    Shapes:
+        mask: (n,) bool; weight: (number of rows in mask,) or None.
+    """
+    if isinstance(batch, FullGraphBatch):
+        return batch.mask(stage), None
+    mask = torch.zeros(batch.num_nodes, dtype=torch.bool, device=batch.y.device)
+    mask[: batch.batch_size] = True
+    stage_mask = batch.node_data.get(f"{stage}_mask")
+    if stage_mask is not None:
+        mask &= stage_mask
+    return mask, None if batch.node_norm is None else batch.node_norm[mask]
+
+
+def node_loss(logits: Tensor, target: Tensor, weight: Tensor | None = None) -> Tensor:
+    """Cross-entropy: the mean over rows, or ``Σ weight · loss`` when ``weight`` (GraphSAINT's node_norm) is set.
+
+    Shapes:
+        logits: (n, C); target: (n,); weight: (n,) or None → scalar.
+    """
+    if weight is None:
+        return F.cross_entropy(logits, target)
+    return (F.cross_entropy(logits, target, reduction="none") * weight).sum()
 
 
 class NodeClassifier(pl.LightningModule):
@@ -34,8 +72,11 @@ class NodeClassifier(pl.LightningModule):
         ogb_name: the OGB dataset name (e.g. ``"ogbn-arxiv"``) to also score with ogb's ``Evaluator``.
         config: the resolved run config (plain dict), stored in the checkpoints' hyper-parameters.
 
+    Batches are :class:`~graphfuse.trainers.datamodule.FullGraphBatch` (full graph with split masks) or
+    :class:`graphfuse.samplers.Batch` (a sampled subgraph); see :func:`target_rows`.
+
     Shapes:
-        batch.x: (N, F); batch.y: (N,); logits: (N, C).
+        batch.x: (n, F); batch.y: (n,); logits: (n, C), n = N for full-graph batches.
     """
 
     def __init__(
@@ -70,13 +111,13 @@ class NodeClassifier(pl.LightningModule):
     def forward(self, x: Tensor, graph: Any) -> Tensor:
         return self.model(x, graph)
 
-    def _shared_step(self, batch: FullGraphBatch, stage: str) -> Tensor:
+    def _shared_step(self, batch: FullGraphBatch | Batch, stage: str) -> Tensor:
         logits = self(batch.x, batch.graph)
-        mask = batch.mask(stage)
+        mask, weight = target_rows(batch, stage)
         logits, target = logits[mask], batch.y[mask]
-        loss = F.cross_entropy(logits, target)
+        loss = node_loss(logits, target, weight)
         pred = logits.argmax(dim=-1)
-        log = {"on_step": False, "on_epoch": True, "batch_size": 1}
+        log = {"on_step": False, "on_epoch": True, "batch_size": getattr(batch, "batch_size", 1)}
         self.log(f"{stage}/loss", loss, prog_bar=stage == "train", **log)
         for name in ("acc", "f1_micro"):
             metric = self.metrics[f"{stage}_{name}"]
@@ -90,13 +131,13 @@ class NodeClassifier(pl.LightningModule):
             self.log(f"{stage}/ogb_{metric}", float(result[metric]), **log)
         return loss
 
-    def training_step(self, batch: FullGraphBatch, batch_idx: int) -> Tensor:
+    def training_step(self, batch: FullGraphBatch | Batch, batch_idx: int) -> Tensor:
         return self._shared_step(batch, "train")
 
-    def validation_step(self, batch: FullGraphBatch, batch_idx: int) -> Tensor:
+    def validation_step(self, batch: FullGraphBatch | Batch, batch_idx: int) -> Tensor:
         return self._shared_step(batch, "val")
 
-    def test_step(self, batch: FullGraphBatch, batch_idx: int) -> Tensor:
+    def test_step(self, batch: FullGraphBatch | Batch, batch_idx: int) -> Tensor:
         return self._shared_step(batch, "test")
 
     def on_train_start(self) -> None:

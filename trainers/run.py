@@ -30,9 +30,8 @@ from lightning.pytorch.loggers import CSVLogger, Logger
 from omegaconf import DictConfig, OmegaConf
 
 import graphfuse
-from graphfuse.trainers.build import build_dataset, build_model
+from graphfuse.trainers.build import build_datamodule, build_dataset, build_model
 from graphfuse.trainers.config import ConfigError, resolved_output_dir
-from graphfuse.trainers.datamodule import FullGraphDataModule
 from graphfuse.trainers.module import STAGES, NodeClassifier
 
 log = logging.getLogger(__name__)
@@ -193,6 +192,7 @@ def train(cfg: DictConfig, *, verbose: bool = True) -> dict[str, Any]:
         enable_progress_bar=use_bar,
         enable_model_summary=verbose and cfg.trainer.model_summary,
         log_every_n_steps=cfg.trainer.log_every_n_steps,
+        check_val_every_n_epoch=cfg.trainer.check_val_every_n_epoch,
         num_sanity_val_steps=0,
         default_root_dir=str(out),
     )
@@ -202,7 +202,7 @@ def train(cfg: DictConfig, *, verbose: bool = True) -> dict[str, Any]:
     model = build_model(cfg.model, dataset.num_features, dataset.num_classes)
     module = NodeClassifier(model, dataset.num_classes, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay,
                             ogb_name=dataset.ogb_name, config=resolved)
-    datamodule = FullGraphDataModule(dataset)
+    datamodule = build_datamodule(cfg, dataset)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*does not have many workers.*")
         warnings.filterwarnings("ignore", message=".*is smaller than the logging interval.*")
@@ -225,6 +225,7 @@ def train(cfg: DictConfig, *, verbose: bool = True) -> dict[str, Any]:
         "seed": cfg.seed,
         "dataset": cfg.data.name,
         "model": cfg.model.name,
+        "sampler": cfg.sampler.name,
         **{stage: {k.split("/")[1]: v for k, v in final.items() if k.startswith(f"{stage}/")} for stage in STAGES},
         "best_epoch": best_epoch,
         "best_val_acc": float(checkpoint.best_model_score),

@@ -22,8 +22,7 @@ from torch import Tensor, nn
 
 from graphfuse.data import NodeDataset, dataset_options, default_root, load_dataset
 from graphfuse.graph import Graph
-from graphfuse.nn import GNN, MODELS
-from graphfuse.nn.models import layer_widths
+from graphfuse.nn import GAT, GCN, MODELS
 from graphfuse.trainers.config import SAINT_PARAMS, ConfigError
 from graphfuse.trainers.datamodule import FullGraphDataModule
 from graphfuse.trainers.sampled import NEIGHBOR_LOADER_ARGS, SAINT_LOADER_ARGS, SampledDataModule
@@ -48,47 +47,30 @@ class PygConv(nn.Module):
         return self.conv(x, graph.edge_index)
 
 
-def pyg_gcn(
-    in_channels: int,
-    hidden_channels: int,
-    out_channels: int,
-    num_layers: int = 2,
-    dropout: float = 0.5,
-    activation: str = "relu",
-    norm: str | None = None,
-) -> GNN:
+def pyg_conv(name: str) -> Callable[..., nn.Module]:
+    """A ``conv_class`` building ``torch_geometric.nn.<name>`` wrapped in :class:`PygConv` (PyG imported on use)."""
+
+    def build(*args: Any, **kwargs: Any) -> nn.Module:
+        import torch_geometric.nn
+
+        return PygConv(getattr(torch_geometric.nn, name)(*args, **kwargs))
+
+    return staticmethod(build)
+
+
+class PygGCN(GCN):
     """graphfuse's GCN layer stack with ``torch_geometric.nn.GCNConv`` convolutions."""
-    from torch_geometric.nn import GCNConv
 
-    widths = layer_widths("pyg_gcn", in_channels, hidden_channels, num_layers)
-    outs = [hidden_channels] * (num_layers - 1) + [out_channels]
-    convs = [PygConv(GCNConv(i, o)) for i, o in zip(widths, outs)]
-    return GNN(convs, hidden_channels, dropout=dropout, activation=activation, norm=norm)
+    conv_class = pyg_conv("GCNConv")
 
 
-def pyg_gat(
-    in_channels: int,
-    hidden_channels: int,
-    out_channels: int,
-    num_layers: int = 2,
-    dropout: float = 0.5,
-    activation: str = "relu",
-    norm: str | None = None,
-    *,
-    heads: int = 8,
-    out_heads: int = 1,
-    attn_dropout: float = 0.6,
-) -> GNN:
+class PygGAT(GAT):
     """graphfuse's GAT layer stack with ``torch_geometric.nn.GATConv`` convolutions."""
-    from torch_geometric.nn import GATConv
 
-    widths = layer_widths("pyg_gat", in_channels, hidden_channels * heads, num_layers)
-    convs = [PygConv(GATConv(i, hidden_channels, heads, dropout=attn_dropout)) for i in widths[:-1]]
-    convs.append(PygConv(GATConv(widths[-1], out_channels, out_heads, concat=False, dropout=attn_dropout)))
-    return GNN(convs, hidden_channels * heads, dropout=dropout, activation=activation, norm=norm)
+    conv_class = pyg_conv("GATConv")
 
 
-MODEL_BUILDERS: dict[str, Callable[..., nn.Module]] = {**MODELS, "pyg_gcn": pyg_gcn, "pyg_gat": pyg_gat}
+MODEL_BUILDERS: dict[str, Callable[..., nn.Module]] = {**MODELS, "pyg_gcn": PygGCN, "pyg_gat": PygGAT}
 """Model name → callable ``(in_channels, hidden_channels, out_channels, **model_args) -> nn.Module``:
 ``graphfuse.nn.MODELS`` plus the PyG reference twins."""
 
@@ -97,7 +79,7 @@ def model_kwargs(cfg: DictConfig) -> dict[str, Any]:
     """The keyword arguments of ``MODEL_BUILDERS[cfg.name]`` taken from the model section.
 
     A key of the section goes to the model when the model's signature names it (``heads`` to GAT, ``aggr`` to
-    GraphSAGE, ...); ``backend`` goes to models that forward extra keywords to their convs (graphfuse's own).
+    GraphSAGE, ...); ``backend`` goes to graphfuse's own models (``graphfuse.nn.MODELS``), not to the PyG twins.
     ``name`` and ``hidden`` (passed positionally as ``hidden_channels``) are not keyword arguments.
     """
     if cfg.name not in MODEL_BUILDERS:
@@ -105,9 +87,8 @@ def model_kwargs(cfg: DictConfig) -> dict[str, Any]:
             f"invalid value for 'model.name': {cfg.name!r}; valid models are: {', '.join(MODEL_BUILDERS)}."
         )
     params = inspect.signature(MODEL_BUILDERS[cfg.name]).parameters
-    takes_conv_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     kwargs = {key: cfg[key] for key in cfg if key in params and key not in ("name", "hidden")}
-    if takes_conv_kwargs and "backend" not in params:
+    if cfg.name in MODELS and "backend" not in params:
         kwargs["backend"] = cfg.backend
     return kwargs
 

@@ -12,6 +12,7 @@ Shapes:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -101,7 +102,13 @@ class GNN(nn.Module):
 
 
 class GCN(GNN):
-    """Kipf & Welling's GCN (ICLR 2017): :class:`GCNConv` layers; ``conv_kwargs`` go to every conv."""
+    """Kipf & Welling's GCN (ICLR 2017): :class:`GCNConv` layers; ``conv_kwargs`` go to every conv.
+
+    ``conv_class`` builds each layer as ``conv_class(in, out, **conv_kwargs)``; a subclass may swap it (the
+    trainer's PyG reference twin does) and keep the layer stack.
+    """
+
+    conv_class: ClassVar[Callable[..., nn.Module]] = GCNConv
 
     def __init__(
         self,
@@ -116,14 +123,18 @@ class GCN(GNN):
     ) -> None:
         widths = layer_widths(type(self).__name__, in_channels, hidden_channels, num_layers)
         outs = [hidden_channels] * (num_layers - 1) + [out_channels]
-        convs = [GCNConv(i, o, **conv_kwargs) for i, o in zip(widths, outs)]
+        convs = [self.conv_class(i, o, **conv_kwargs) for i, o in zip(widths, outs)]
         super().__init__(convs, hidden_channels, dropout=dropout, activation=activation, norm=norm)
 
 
 class GAT(GNN):
     """Veličković et al.'s GAT (ICLR 2018): hidden :class:`GATConv` layers concatenate ``heads`` heads of
     ``hidden_channels``; the last averages ``out_heads`` heads of ``out_channels``. ``attn_dropout`` is the
-    attention-coefficient dropout; ``conv_kwargs`` go to every conv."""
+    attention-coefficient dropout; ``conv_kwargs`` go to every conv. ``conv_class`` builds each layer as
+    ``conv_class(in, out, heads, concat=..., dropout=attn_dropout, **conv_kwargs)`` (swappable, as in
+    :class:`GCN`)."""
+
+    conv_class: ClassVar[Callable[..., nn.Module]] = GATConv
 
     def __init__(
         self,
@@ -141,10 +152,9 @@ class GAT(GNN):
         **conv_kwargs,
     ) -> None:
         widths = layer_widths(type(self).__name__, in_channels, hidden_channels * heads, num_layers)
-        convs = [GATConv(i, hidden_channels, heads, dropout=attn_dropout, **conv_kwargs) for i in widths[:-1]]
-        convs.append(
-            GATConv(widths[-1], out_channels, out_heads, concat=False, dropout=attn_dropout, **conv_kwargs)
-        )
+        conv = self.conv_class
+        convs = [conv(i, hidden_channels, heads, dropout=attn_dropout, **conv_kwargs) for i in widths[:-1]]
+        convs.append(conv(widths[-1], out_channels, out_heads, concat=False, dropout=attn_dropout, **conv_kwargs))
         super().__init__(convs, hidden_channels * heads, dropout=dropout, activation=activation, norm=norm)
 
 

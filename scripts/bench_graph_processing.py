@@ -43,33 +43,26 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+import bench_graphs
 import graphfuse
 import graphfuse.data
 from graphfuse import Graph
-from graphfuse.data.synthetic import rmat_edges
 from graphfuse.engine import gat_aggregate, gat_attention, gat_scores
 from graphfuse.graph import ptr_to_index
 
-RMAT = (0.57, 0.19, 0.19, 0.05)
 HEADS, CHANNELS = 4, 16
 SMALL = ("cora", "facebook 20K subgraph", "RMAT s18-57M 20K subgraph", "RMAT s18-4M 20K subgraph")  # acceptance: launches and speed
 
 
 # ------------------------------------------------------------------------------------------ graphs
-def symmetrise(src: torch.Tensor, dst: torch.Tensor, n: int, gen: torch.Generator) -> torch.Tensor:
-    """Both directions, duplicates removed, edges in random order."""
-    key = torch.unique(torch.cat([src * n + dst, dst * n + src]))
-    key = key[torch.randperm(key.numel(), generator=gen, device=key.device)]
-    return torch.stack([key // n, key % n])
+def rmat(scale: int, drawn: int, seed: int, device: str) -> tuple[torch.Tensor, int]:
+    """An RMAT benchmark graph with its edges in random order (the conversion input is unsorted COO)."""
+    return shuffled(*bench_graphs.rmat(scale, drawn, seed, device), seed)
 
 
-def rmat_graph(scale: int, drawn: int, seed: int, device: str) -> tuple[torch.Tensor, int]:
-    gen = torch.Generator(device=device).manual_seed(seed)
-    n = 1 << scale
-    src, dst = rmat_edges(drawn, scale, RMAT, gen)
-    perm = torch.randperm(n, generator=gen, device=device)
-    ei = symmetrise(perm[src], perm[dst], n, gen)
-    return ei, n
+def shuffled(ei: torch.Tensor, n: int, seed: int) -> tuple[torch.Tensor, int]:
+    gen = torch.Generator(device=ei.device).manual_seed(seed)
+    return ei[:, torch.randperm(ei.size(1), generator=gen, device=ei.device)], n
 
 
 def induced(ei: torch.Tensor, n: int, size: int, seed: int) -> tuple[torch.Tensor, int]:
@@ -93,17 +86,8 @@ def load_small(name: str, data: Path | None, device: str) -> tuple[torch.Tensor,
         fallback = data / ("cora.mtx" if name == "cora" else "facebook_edges.csv")
         if not fallback.exists():
             raise FileNotFoundError(f"{name}: {err}; no fallback {fallback}") from err
-    gen = torch.Generator(device=device).manual_seed(0)
-    if name == "cora":
-        lines = [ln for ln in fallback.read_text().splitlines() if ln and not ln.startswith("%")]
-        n = int(lines[0].split()[0])
-        pairs = torch.tensor([[int(v) for v in ln.split()[:2]] for ln in lines[1:]], dtype=torch.long) - 1
-    else:
-        rows = fallback.read_text().splitlines()[1:]
-        pairs = torch.tensor([[int(v) for v in ln.split(",")] for ln in rows if ln], dtype=torch.long)
-        n = int(pairs.max()) + 1
-    pairs = pairs.to(device)
-    return symmetrise(pairs[:, 0], pairs[:, 1], n, gen), n, str(fallback)
+    read = bench_graphs.read_mtx if name == "cora" else bench_graphs.read_edge_csv
+    return *shuffled(*read(fallback, device), 0), str(fallback)
 
 
 # ------------------------------------------------------------------------------------------ the PyTorch way
@@ -421,7 +405,7 @@ def main() -> None:
     cora, n_cora, report["sources"]["cora"] = load_small("cora", args.data, device)
     fb, n_fb, report["sources"]["facebook"] = load_small("facebook", args.data, device)
     # Acceptance graphs first (a run cut short still reports them); RMAT s18-57M is kept for its subgraph.
-    r18 = rmat_graph(18, 4_000_000 if args.quick else 57_000_000, 7, device)
+    r18 = rmat(18, 4_000_000 if args.quick else 57_000_000, 7, device)
     r18_name = "RMAT s18 4M drawn" if args.quick else "RMAT s18 57M drawn"
     specs: list[tuple[str, Callable[[], tuple[torch.Tensor, int]], bool]] = [
         ("cora", lambda: (cora, n_cora), False),
@@ -429,7 +413,7 @@ def main() -> None:
         (f"RMAT s18-{'4M' if args.quick else '57M'} 20K subgraph", lambda: induced(*r18, 20_000, 4), False),
     ]
     if not args.quick:
-        specs.append(("RMAT s21 63M drawn", lambda: rmat_graph(21, 63_000_000, 8, device), False))
+        specs.append(("RMAT s21 63M drawn", lambda: rmat(21, 63_000_000, 8, device), False))
     specs += [(r18_name, lambda: r18, True), ("facebook", lambda: (fb, n_fb), False)]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.md.parent.mkdir(parents=True, exist_ok=True)

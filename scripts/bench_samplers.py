@@ -40,7 +40,7 @@ import torch.nn.functional as F
 
 import graphfuse
 from graphfuse.data import load_dataset
-from graphfuse.data.synthetic import rmat_edges
+from graphfuse.data.synthetic import rmat_graph
 from graphfuse.nn import GraphSAGE
 from graphfuse.samplers import (
     NeighborLoader,
@@ -53,7 +53,6 @@ from graphfuse.samplers import (
 )
 from graphfuse.samplers.subgraph import owned_adjacency
 
-RMAT = (0.57, 0.19, 0.19, 0.05)
 COVERAGE = 50
 FANOUTS = [15, 10, 5]
 SEEDS_PER_BATCH = 1024
@@ -86,14 +85,9 @@ def facebook(device: str) -> Workload:
 
 
 def rmat(scale: int, drawn: int, device: str, seed: int = 0) -> Workload:
-    gen = torch.Generator(device=device).manual_seed(seed)
+    edge_index = rmat_graph(scale, drawn, seed, device)
+    gen = torch.Generator(device=device).manual_seed(seed + 1)
     n = 1 << scale
-    src, dst = rmat_edges(drawn, scale, RMAT, gen)
-    key = torch.unique(torch.cat([src * n + dst, dst * n + src]))
-    del src, dst
-    perm = torch.randperm(n, generator=gen, device=device)
-    edge_index = perm[torch.stack([key // n, key % n])]
-    del key
     x = torch.randn(n, 100, generator=gen, device=device)
     y = torch.randint(0, 47, (n,), generator=gen, device=device)
     train = torch.rand(n, generator=gen, device=device) < 0.6

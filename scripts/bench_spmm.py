@@ -29,54 +29,22 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from torch_geometric.utils import to_undirected
 
 import graphfuse
-from graphfuse.data.synthetic import rmat_edges
+from bench_graphs import read_edge_csv, read_mtx, rmat
 
 KS = [32, 41, 64, 128, 256, 602]
 OURS = ["gespmm", "gespmm_mean", "gespmm_max", "gar", "gas"]
 CONTESTANTS = ["cusparse", "pyg", *OURS]
-RMAT = (0.57, 0.19, 0.19, 0.05)
 
 
 # ------------------------------------------------------------------------------------------ graphs
-def symmetrise(src: torch.Tensor, dst: torch.Tensor, n: int) -> torch.Tensor:
-    """Both directions, duplicates removed; returns (2, nnz) sorted by (src, dst)."""
-    s = torch.cat([src, dst])
-    d = torch.cat([dst, src])
-    key = torch.unique(s * n + d)
-    return torch.stack([key // n, key % n])
-
-
-def read_mtx(path: Path, device: str) -> tuple[torch.Tensor, int]:
-    lines = [ln for ln in path.read_text().splitlines() if ln and not ln.startswith("%")]
-    n = int(lines[0].split()[0])
-    pairs = torch.tensor([[int(v) for v in ln.split()[:2]] for ln in lines[1:]], dtype=torch.long) - 1
-    return symmetrise(pairs[:, 0].to(device), pairs[:, 1].to(device), n), n
-
-
-def read_facebook(path: Path, device: str) -> tuple[torch.Tensor, int]:
-    rows = path.read_text().splitlines()[1:]
-    pairs = torch.tensor([[int(v) for v in ln.split(",")] for ln in rows if ln], dtype=torch.long)
-    n = int(pairs.max()) + 1
-    return symmetrise(pairs[:, 0].to(device), pairs[:, 1].to(device), n), n
-
-
-def rmat_graph(scale: int, drawn: int, seed: int, device: str) -> tuple[torch.Tensor, int]:
-    gen = torch.Generator(device=device).manual_seed(seed)
-    n = 1 << scale
-    src, dst = rmat_edges(drawn, scale, RMAT, gen)
-    ei = symmetrise(src, dst, n)
-    del src, dst
-    perm = torch.randperm(n, generator=gen, device=device)
-    return perm[ei], n
-
-
 def uniform_graph(n: int, drawn: int, seed: int, device: str) -> tuple[torch.Tensor, int]:
     gen = torch.Generator(device=device).manual_seed(seed)
     src = torch.randint(0, n, (drawn,), generator=gen, device=device)
     dst = torch.randint(0, n, (drawn,), generator=gen, device=device)
-    return symmetrise(src, dst, n), n
+    return to_undirected(torch.stack([src, dst]), num_nodes=n), n
 
 
 def graph_specs(data: Path | None, quick: bool) -> list[tuple[str, Callable[[str], tuple[torch.Tensor, int]]]]:
@@ -86,17 +54,17 @@ def graph_specs(data: Path | None, quick: bool) -> list[tuple[str, Callable[[str
             if (data / f"{name}.mtx").exists():
                 specs.append((f"{name}.mtx", lambda d, name=name: read_mtx(data / f"{name}.mtx", d)))
         if (data / "facebook_edges.csv").exists():
-            specs.append(("facebook", lambda d: read_facebook(data / "facebook_edges.csv", d)))
+            specs.append(("facebook", lambda d: read_edge_csv(data / "facebook_edges.csv", d)))
     specs += [
-        ("subgraph RMAT s13 (8K)", lambda d: rmat_graph(13, 100_000, 3, d)),
-        ("subgraph RMAT s15 (32K)", lambda d: rmat_graph(15, 400_000, 4, d)),
+        ("subgraph RMAT s13 (8K)", lambda d: rmat(13, 100_000, 3, d)),
+        ("subgraph RMAT s15 (32K)", lambda d: rmat(15, 400_000, 4, d)),
         ("uniform 65K/655K", lambda d: uniform_graph(65_536, 655_360, 5, d)),
-        ("RMAT s18 4M drawn", lambda d: rmat_graph(18, 4_000_000, 6, d)),
+        ("RMAT s18 4M drawn", lambda d: rmat(18, 4_000_000, 6, d)),
     ]
     if not quick:
         specs += [
-            ("RMAT s18 57M drawn", lambda d: rmat_graph(18, 57_000_000, 7, d)),
-            ("RMAT s21 63M drawn", lambda d: rmat_graph(21, 63_000_000, 8, d)),
+            ("RMAT s18 57M drawn", lambda d: rmat(18, 57_000_000, 7, d)),
+            ("RMAT s21 63M drawn", lambda d: rmat(21, 63_000_000, 8, d)),
         ]
     return specs
 

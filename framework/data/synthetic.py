@@ -65,6 +65,24 @@ def rmat_edges(num_edges: int, scale: int, probs: tuple[float, float, float, flo
     return src, dst
 
 
+def rmat_graph(scale: int, num_edges: int, seed: int = 0, device: str | torch.device = "cpu",
+               probs: tuple[float, float, float, float] = (0.57, 0.19, 0.19, 0.05)) -> Tensor:
+    """The benchmark graph family: ``num_edges`` RMAT edges drawn over ``2**scale`` nodes, node ids randomly
+    permuted, then symmetrised and deduplicated (self-loops kept), generated on ``device`` from ``seed``.
+
+    Shapes:
+        returns edge_index: (2, E) int64, sorted by (source, target); E ≤ 2 · num_edges.
+    """
+    generator = torch.Generator(device=device).manual_seed(seed)
+    n = 1 << scale
+    src, dst = rmat_edges(num_edges, scale, probs, generator)
+    perm = torch.randperm(n, generator=generator, device=generator.device)
+    src, dst = perm[src], perm[dst]
+    key = torch.unique(torch.cat([src * n + dst, dst * n + src]))
+    del src, dst
+    return torch.stack([key // n, key % n])
+
+
 def _rewire(src: Tensor, dst: Tensor, y: Tensor, num_classes: int, homophily: float,
             generator: torch.Generator) -> Tensor:
     """New targets giving an expected edge homophily of ``homophily`` (see the module docstring, step 3)."""

@@ -1,0 +1,37 @@
+"""Benchmark graphs shared by the bench_*.py scripts: the MatrixMarket / edge-list files of ../shared/datasets
+(carried as .benchdata) and the RMAT family of graphfuse.data.synthetic.rmat_graph.
+
+Shapes:
+    every function returns ``(edge_index (2, E) int64 on device, num_nodes)``; graphs are symmetrised and
+    deduplicated, edges sorted by (source, target).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch_geometric.utils import to_undirected
+
+from graphfuse.data.synthetic import rmat_graph
+
+
+def read_mtx(path: Path, device: str) -> tuple[torch.Tensor, int]:
+    """A MatrixMarket pattern file (1-based, one triangle stored), symmetrised."""
+    lines = [ln for ln in path.read_text().splitlines() if ln and not ln.startswith("%")]
+    n = int(lines[0].split()[0])
+    pairs = torch.tensor([[int(v) for v in ln.split()[:2]] for ln in lines[1:]], dtype=torch.long) - 1
+    return to_undirected(pairs.t().contiguous().to(device), num_nodes=n), n
+
+
+def read_edge_csv(path: Path, device: str) -> tuple[torch.Tensor, int]:
+    """A ``id_1,id_2`` edge list with a header line (MUSAE Facebook), symmetrised."""
+    rows = path.read_text().splitlines()[1:]
+    pairs = torch.tensor([[int(v) for v in ln.split(",")] for ln in rows if ln], dtype=torch.long)
+    n = int(pairs.max()) + 1
+    return to_undirected(pairs.t().contiguous().to(device), num_nodes=n), n
+
+
+def rmat(scale: int, drawn: int, seed: int, device: str) -> tuple[torch.Tensor, int]:
+    """RMAT (a=0.57, b=c=0.19) with ``drawn`` edges over 2**scale nodes, ids permuted, symmetrised."""
+    return rmat_graph(scale, drawn, seed, device), 1 << scale

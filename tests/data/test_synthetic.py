@@ -103,3 +103,18 @@ def test_on_device(device):
 def test_invalid_options(options, argument):
     with pytest.raises(ValueError, match=f"synthetic: {argument} must be"):
         _load(**options)
+
+
+def test_rmat_graph_is_symmetric_deduplicated_and_seeded():
+    from graphfuse.data.synthetic import rmat_graph
+
+    ei = rmat_graph(10, 5_000, seed=3)
+    n = 1 << 10
+    key = ei[0] * n + ei[1]
+    assert ei.dtype == torch.int64 and int(ei.min()) >= 0 and int(ei.max()) < n
+    assert bool((key.diff() > 0).all())  # sorted by (source, target), no duplicates
+    reverse = torch.sort(ei[1] * n + ei[0]).values
+    assert torch.equal(reverse, key)  # every edge has its reverse
+    assert ei.size(1) <= 2 * 5_000
+    assert torch.equal(rmat_graph(10, 5_000, seed=3), ei)
+    assert not torch.equal(rmat_graph(10, 5_000, seed=4), ei)

@@ -7,8 +7,7 @@ import torch
 import torch.nn.functional as F
 import torch_geometric.nn as pyg_nn
 
-import graphfuse
-from cases import TOLERANCES, make_graph_case
+from cases import TOLERANCES, make_graph_case, planted_communities, train_steps
 from graphfuse.nn import GAT, GCN, MODELS, GATConv, GCNConv, GraphSAGE, GraphSAINT, SAGEConv
 
 TOL = TOLERANCES[torch.float32]
@@ -86,19 +85,6 @@ def test_model_matches_stacked_pyg_convs(name, kwargs, graph_input):
     torch.testing.assert_close(out, _pyg_stack(model)(x, graph.edge_index), **TOL)
 
 
-def _planted(seed: int = 0):
-    """Two planted communities: dense inside, sparse across; features a weak noisy copy of the label."""
-    gen = torch.Generator().manual_seed(seed)
-    n = 40
-    y = torch.arange(n) % 2
-    src, dst = torch.randint(0, n, (2, 400), generator=gen)
-    same = y[src] == y[dst]
-    keep = same | (torch.rand(400, generator=gen) < 0.1)
-    edge_index = torch.stack([src[keep], dst[keep]])
-    x = F.one_hot(y, IN).float() + torch.randn(n, IN, generator=gen)
-    return x, y, graphfuse.Graph(edge_index, num_nodes=n)
-
-
 @pytest.mark.parametrize(
     ("name", "kwargs"),
     [
@@ -109,26 +95,10 @@ def _planted(seed: int = 0):
 )
 def test_trains_on_planted_problem(name, kwargs):
     torch.manual_seed(0)
-    x, y, graph = _planted()
+    x, y, graph = planted_communities(IN)
     extra = {"heads": 2, "attn_dropout": 0.2} if name == "gat" else {}
     model = MODELS[name](IN, HIDDEN, 2, dropout=0.2, **extra, **kwargs)
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
-
-    def eval_loss():
-        model.eval()
-        with torch.no_grad():
-            return F.cross_entropy(model(x, graph), y).item()
-
-    before = eval_loss()
-    losses = []
-    for _ in range(30):
-        model.train()
-        optimizer.zero_grad()
-        loss = F.cross_entropy(model(x, graph), y)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    after = eval_loss()
+    before, after, losses = train_steps(model, x, y, graph)
     assert after < 0.3 * before, (before, after)
     assert sum(losses[-5:]) < sum(losses[:5])
     model.eval()

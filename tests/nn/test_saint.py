@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import graphfuse
-from cases import TOLERANCES, make_graph_case
+from cases import TOLERANCES, make_graph_case, planted_communities, train_steps
 from graphfuse.nn import MODELS, GraphSAINT, GraphSAINTConv
 
 TOL64 = TOLERANCES[torch.float64]
@@ -135,39 +135,15 @@ def test_registry_and_kwargs_reach_every_conv():
     assert [(c.aggr, c.backend, c.lin_self.bias) for c in model.convs] == [("sum", "reference", None)] * 3
 
 
-def _planted(seed: int = 0):
-    """Two planted communities: dense inside, sparse across; features a weak noisy copy of the label."""
-    gen = torch.Generator().manual_seed(seed)
-    n = 40
-    y = torch.arange(n) % 2
-    src, dst = torch.randint(0, n, (2, 400), generator=gen)
-    keep = (y[src] == y[dst]) | (torch.rand(400, generator=gen) < 0.1)
-    x = F.one_hot(y, IN).float() + torch.randn(n, IN, generator=gen)
-    return x, y, graphfuse.Graph(torch.stack([src[keep], dst[keep]]), num_nodes=n)
-
-
 @pytest.mark.parametrize("kwargs", [{}, {"jk": True, "norm": "batch"}, {"aggr": "sum", "num_layers": 3}])
 def test_trains_on_planted_problem(kwargs):
     torch.manual_seed(0)
-    x, y, graph = _planted()
+    x, y, graph = planted_communities(IN)
     if kwargs.get("aggr") == "sum":  # normalised weights for "sum": the mean normalisation 1 / deg(target)
         weight = 1.0 / graph.in_degree.float()[graph.edge_index[1]]
         graph = graphfuse.Graph(graph.edge_index, num_nodes=graph.num_nodes, edge_weight=weight)
     model = GraphSAINT(IN, HIDDEN, 2, dropout=0.2, **kwargs)
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
-
-    def eval_loss():
-        model.eval()
-        with torch.no_grad():
-            return F.cross_entropy(model(x, graph), y).item()
-
-    before = eval_loss()
-    for _ in range(30):
-        model.train()
-        optimizer.zero_grad()
-        F.cross_entropy(model(x, graph), y).backward()
-        optimizer.step()
-    after = eval_loss()
+    before, after, _ = train_steps(model, x, y, graph)
     assert after < 0.2 * before, (before, after)
     model.eval()
     assert (model(x, graph).argmax(1) == y).float().mean() > 0.9

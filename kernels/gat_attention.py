@@ -11,7 +11,6 @@ Shapes:
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -78,7 +77,7 @@ def _family(dtype: torch.dtype, dropout: float) -> list[str]:
 
 
 def _scalars(negative_slope: float, dropout: float, seed: int) -> tuple:
-    return np.float64(negative_slope), np.float64(dropout), np.int64(seed)
+    return rt.f64(negative_slope), rt.f64(dropout), rt.i64(seed)
 
 
 def softmax_forward(

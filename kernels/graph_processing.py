@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -212,7 +211,7 @@ def process(
     rt.launch(FILE, f"gp_scatter<{flags}>", device, (tiles + node_blocks,), (rt.BLOCK,), (
         rt.ptr(src), rt.ptr(dst), rt.ptr(edge_weight), rt.i64(num_edges), rt.i64(num_dst), rt.i64(tiles),
         rt.ptr(rowptr), rt.ptr(colptr), rt.ptr(rank_in), rt.ptr(rank_out), rt.ptr(v["cnt_in"]),
-        rt.ptr(v["loop_last"]), rt.ptr(v["deg"]), rt.ptr(tile_offset), rt.i64(kept), np.float64(fill_value),
+        rt.ptr(v["loop_last"]), rt.ptr(v["deg"]), rt.ptr(tile_offset), rt.i64(kept), rt.f64(fill_value),
         rt.ptr(e_src if self_loops else None), rt.ptr(e_dst if self_loops else None), rt.ptr(values),
         rt.ptr(node_val), rt.ptr(ws_csr), rt.ptr(ws_csc), rt.i64(num_src), rt.ptr(big_list), rt.ptr(big_count),
         rt.i64(WARP_CAP),

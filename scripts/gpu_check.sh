@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# One command for the GPU machine: install the carried wheels and the project, run the GPU test suite,
-# compute-sanitizer memcheck on a representative subset, and the SpMM benchmark. Logs and JSON go to $OUT;
-# a short table is printed last.
+# One command for the GPU machine: install the carried wheels and the project, run the GPU test suite (every
+# gpu-marked test), compute-sanitizer memcheck on a representative subset, and the benchmarks. Logs and JSON
+# go to $OUT; a short table is printed last.
 #
 #   scripts/gpu_check.sh [full|quick]     (run from the repository root; carry .whl and .benchdata)
+#   STEPS="tests memcheck spmm samplers graph" scripts/gpu_check.sh quick    (a subset; default: all five)
 #
 # One-time setup on the development machine (both folders are git-ignored through .git/info/exclude):
 #   echo /.whl/ >> .git/info/exclude && mkdir -p .whl && cp ../shared/wheels/py312/*.whl .whl/
@@ -32,30 +33,56 @@ python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >"$OUT/
   python3 -c "import torch, cupy; print('torch', torch.__version__, 'cupy', cupy.__version__, torch.cuda.get_device_name())"
 } 2>&1 | tee "$OUT/device.txt"
 
+STEPS=" ${STEPS:-tests memcheck spmm samplers graph} "
+step() { [[ "$STEPS" == *" $1 "* ]]; }
+TEST_RC=skipped MEMCHECK_RC=skipped BENCH_RC=skipped SAMPLERS_RC=skipped GRAPH_RC=skipped
 MAXFAIL=$([ "$MODE" = quick ] && echo 10 || echo 50)
 TEST_TIMEOUT=${TEST_TIMEOUT:-$([ "$MODE" = quick ] && echo 300 || echo 420)}
-timeout "$TEST_TIMEOUT" python3 -m pytest -m gpu tests/kernels/test_kernels_gpu.py -q -p no:cacheprovider --maxfail="$MAXFAIL" \
-  -W ignore::UserWarning 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 40
-TEST_RC=${PIPESTATUS[0]}
+if step tests; then
+  timeout "$TEST_TIMEOUT" python3 -m pytest -m gpu tests -q -p no:cacheprovider --maxfail="$MAXFAIL" \
+    -W ignore::UserWarning 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 40
+  TEST_RC=${PIPESTATUS[0]}
+fi
 
 SUBSET=${MEMCHECK_SUBSET:-'matches_reference and (unsorted or bipartite or no_edges or single_node or big_hub) and (41 or 602 or 7)'}
+if step memcheck; then
 timeout "${MEMCHECK_TIMEOUT:-240}" compute-sanitizer --tool memcheck --error-exitcode 97 --print-limit 20 \
   python3 -m pytest -m gpu tests/kernels/test_kernels_gpu.py -q -p no:cacheprovider -x -k "$SUBSET or (multihead and unsorted and gespmm) or (multihead and bipartite and gar) or (sddmm_and and unsorted)" \
   >"$OUT/memcheck.log" 2>&1
 MEMCHECK_RC=$?
 tail -n 8 "$OUT/memcheck.log"
+fi
 
 BENCH_ARGS=(--data .benchdata --out "$OUT/spmm.json" --md "$OUT/spmm.md")
 [ "$MODE" = quick ] && BENCH_ARGS+=(--quick --ks 32 64 128 256)
-timeout "${BENCH_TIMEOUT:-420}" python3 scripts/bench_spmm.py "${BENCH_ARGS[@]}" >"$OUT/bench.log" 2>&1
-BENCH_RC=$?
-tail -n 4 "$OUT/bench.log"
+if step spmm; then
+  timeout "${BENCH_TIMEOUT:-420}" python3 scripts/bench_spmm.py "${BENCH_ARGS[@]}" >"$OUT/bench.log" 2>&1
+  BENCH_RC=$?
+  tail -n 4 "$OUT/bench.log"
+fi
+if step samplers; then  # needs .gfdata (Facebook raw files) carried; see scripts/bench_samplers.py
+  SAMPLER_ARGS=(--devices cuda --out "$OUT/samplers.json" --md "$OUT/samplers.md")
+  [ "$MODE" = quick ] && SAMPLER_ARGS+=(--samplers neighbor,saint_rw --no-norm --iters 20)
+  GRAPHFUSE_DATA_MIRROR=${GRAPHFUSE_DATA_MIRROR:-$PWD/.gfdata} GRAPHFUSE_DATA_ROOT=${GRAPHFUSE_DATA_ROOT:-/tmp/gfroot} \
+    timeout "${SAMPLERS_TIMEOUT:-300}" python3 scripts/bench_samplers.py "${SAMPLER_ARGS[@]}" >"$OUT/samplers.log" 2>&1
+  SAMPLERS_RC=$?
+  tail -n 3 "$OUT/samplers.log"
+fi
+if step graph; then
+  GRAPH_ARGS=(--data .benchdata --out "$OUT/graph_processing.json" --md "$OUT/graph_processing.md")
+  [ "$MODE" = quick ] && GRAPH_ARGS+=(--quick)
+  timeout "${GRAPH_TIMEOUT:-300}" python3 scripts/bench_graph_processing.py "${GRAPH_ARGS[@]}" >"$OUT/graph.log" 2>&1
+  GRAPH_RC=$?
+  tail -n 3 "$OUT/graph.log"
+fi
 
 {
 echo "== gpu_check ($MODE) on $(head -2 "$OUT/device.txt" | tail -1)"
-echo "pytest -m gpu rc=$TEST_RC: $(tail -n 1 "$OUT/gpu_tests.log")"
-echo "memcheck rc=$MEMCHECK_RC: $(grep -E 'ERROR SUMMARY|passed|failed' "$OUT/memcheck.log" | tail -n 2 | tr '\n' ' ')"
-echo "bench rc=$BENCH_RC"
+echo "pytest -m gpu rc=$TEST_RC: $(tail -n 1 "$OUT/gpu_tests.log" 2>/dev/null)"
+echo "memcheck rc=$MEMCHECK_RC: $(grep -E 'ERROR SUMMARY|passed|failed' "$OUT/memcheck.log" 2>/dev/null | tail -n 2 | tr '\n' ' ')"
+echo "bench rc=$BENCH_RC samplers rc=$SAMPLERS_RC graph rc=$GRAPH_RC"
 [ -f "$OUT/spmm.md" ] && sed -n '/## Summary/,$p' "$OUT/spmm.md"
+[ -f "$OUT/samplers.md" ] && grep -E '^\| (rmat|facebook)' "$OUT/samplers.md"
+[ -f "$OUT/graph_processing.md" ] && sed -n '/## Acceptance/,$p' "$OUT/graph_processing.md"
 } 2>&1 | tee "$OUT/summary.txt"
 cp "$OUT"/* "$FINAL_OUT"/ 2>/dev/null || true

@@ -16,7 +16,7 @@ ALLOWED = {
     "framework/engine": {"graphfuse.graph", "graphfuse.engine", "graphfuse.kernels"},
     "framework/nn": {"graphfuse.graph", "graphfuse.engine", "graphfuse.nn"},
     "framework/data": {"graphfuse.graph", "graphfuse.data"},
-    "samplers": {"graphfuse.graph", "graphfuse.data", "graphfuse.samplers"},
+    "samplers": {"graphfuse.graph", "graphfuse.data", "graphfuse.samplers", "graphfuse.kernels"},
 }
 TOP_LEVEL = {"graphfuse.graph", "graphfuse.engine", "graphfuse.nn", "graphfuse.data"}
 

@@ -46,6 +46,7 @@ class Backend:
 
 
 _REGISTRY: dict[str, Backend] = {}
+_BY_PRIORITY: list[Backend] = []  # _REGISTRY's values, highest priority first ("auto" walks this)
 _default_backend = "auto"
 
 
@@ -55,6 +56,7 @@ def register_backend(backend: Backend) -> None:
     if unknown:
         raise ValueError(f"register_backend: unknown ops {sorted(unknown)}; valid ops are {list(OPS)}")
     _REGISTRY[backend.name] = backend
+    _BY_PRIORITY[:] = sorted(_REGISTRY.values(), key=lambda b: -b.priority)
 
 
 def registered_backends() -> list[str]:
@@ -98,8 +100,7 @@ def resolve(
     if deterministic is None:
         deterministic = torch.are_deterministic_algorithms_enabled()
     if name == "auto":
-        candidates = sorted(_REGISTRY.values(), key=lambda b: -b.priority)
-        for candidate in candidates:
+        for candidate in _BY_PRIORITY:
             if (
                 op in candidate.ops
                 and device.type in candidate.devices

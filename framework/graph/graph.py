@@ -115,13 +115,10 @@ class Graph:
         self.edge_weight = edge_weight
         self.num_src = num_src
         self.num_dst = num_dst
+        self.num_edges: int = edge_index.size(1)
         self._cache: dict[Any, Any] = {}
 
     # ------------------------------------------------------------------ sizes
-    @property
-    def num_edges(self) -> int:
-        return self.edge_index.size(1)
-
     @property
     def is_bipartite(self) -> bool:
         return self.num_src != self.num_dst

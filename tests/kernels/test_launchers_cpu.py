@@ -146,3 +146,30 @@ def test_cuda_backend_refuses_cpu_tensors():
     for name in ("gespmm", "gar", "gas"):
         with pytest.raises(ValueError, match=f"backend '{name}' runs on"):
             graphfuse.aggregate(g, torch.randn(50, 4), backend=name)
+
+
+def test_floyd_picks_validation():
+    from graphfuse.kernels import sampling
+
+    degree = torch.tensor([3, 0, 5])
+    with pytest.raises(TypeError, match="floyd_picks: draws must have dtype torch.float64"):
+        sampling.floyd_picks(degree, torch.rand(3, 2))
+    with pytest.raises(ValueError, match=r"floyd_picks: draws must have shape \(R=3, k\)"):
+        sampling.floyd_picks(degree, torch.rand(4, 2, dtype=torch.float64))
+    with pytest.raises(ValueError, match="floyd_picks: degree must be a CUDA tensor"):
+        sampling.floyd_picks(degree, torch.rand(3, 2, dtype=torch.float64))
+
+
+def test_launch_packs_every_argument_into_an_8_byte_slot():
+    import ctypes
+    import struct
+
+    from graphfuse.kernels import runtime
+
+    address = runtime._pack([3, -2, 2**62, runtime.f64(0.5), runtime.i64(7)])
+    slots = ctypes.cast(address, ctypes.POINTER(ctypes.c_void_p))
+    base = ctypes.addressof(runtime._args.values)
+    assert [slots[i] - base for i in range(5)] == [0, 8, 16, 24, 32]
+    assert struct.unpack("qqqdq", bytes(runtime._args.values)[:40]) == (3, -2, 2**62, 0.5, 7)
+    with pytest.raises(ValueError, match="at most 32 kernel arguments"):
+        runtime._pack([0] * 33)

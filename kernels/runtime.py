@@ -86,7 +86,8 @@ def get_function(filename: str, name: str, device_index: int, family: Sequence[s
             if fn is None:
                 module = cp.RawModule(code=source(filename), options=COMPILE_OPTIONS, name_expressions=names)
                 for n in names:
-                    _functions[(device_index, filename, n)] = module.get_function(n)
+                    # RawKernel.kernel: the loaded cupy.cuda.function.Function (its .ptr is the CUfunction)
+                    _functions[(device_index, filename, n)] = module.get_function(n).kernel
                 fn = _functions[key]
     return fn
 

@@ -172,12 +172,17 @@ def launch(
     fn = _functions.get((index, filename, name)) or get_function(filename, name, index, family)
     bx, by, bz = (tuple(map(int, block)) + (1, 1))[:3]
     params = _pack(args)
-    launch_kernel = _cupy().cuda.driver.launchKernel
-    if torch.cuda.current_device() == index:
-        launch_kernel(fn.ptr, gx, gy, gz, bx, by, bz, int(shared_mem), _current_stream_ptr(index), params, 0)
-    else:
-        with torch.cuda.device(index):
-            launch_kernel(fn.ptr, gx, gy, gz, bx, by, bz, int(shared_mem), _current_stream_ptr(index), params, 0)
+    cuda = _cupy().cuda
+    if torch.cuda.current_device() == index and cuda.driver.ctxGetCurrent():
+        cuda.driver.launchKernel(fn.ptr, gx, gy, gz, bx, by, bz, int(shared_mem), _current_stream_ptr(index),
+                                 params, 0)
+        return
+    # Another device, or a thread without a current context yet (autograd's device thread before its first
+    # CUDA runtime call): bind the device's primary context, as the runtime API would.
+    with torch.cuda.device(index):
+        cuda.runtime.setDevice(index)
+        cuda.driver.launchKernel(fn.ptr, gx, gy, gz, bx, by, bz, int(shared_mem), _current_stream_ptr(index),
+                                 params, 0)
 
 
 def ctype(dtype: torch.dtype) -> str:

@@ -96,7 +96,7 @@ def sample_neighbors(
     check_generator(generator, graph.device, "sample_neighbors")
     rowptr, col, perm, _ = graph.csr
     start = rowptr[nodes]
-    degree = rowptr[nodes + 1] - start
+    degree = graph.in_degree[nodes]
     k = num_neighbors
     if k < 0:
         owner, pos = expand_ranges(start, degree)
@@ -140,6 +140,52 @@ class NeighborSample:
     def num_nodes(self) -> int:
         """n."""
         return self.n_id.numel()
+
+
+class _NodeMap:
+    """The sampled node set of one tree: a dense (N,) map global id → local id (``N`` = unseen).
+
+    ``add(cand, count)`` looks up candidate nodes, gives the unseen ones the local ids ``count, count + 1, …``
+    in order of first appearance, and returns the candidates' local ids and the new nodes. A handful of
+    gathers and scatters per hop, with one host sync (the number of new nodes).
+    """
+
+    def __init__(self, n: int, seeds: Tensor) -> None:
+        self.n = n
+        self.local = torch.full((n,), n, dtype=torch.int64, device=seeds.device)
+        # a repeated seed keeps its rows, but its map entry is its first row
+        self.local.scatter_reduce_(0, seeds, torch.arange(seeds.numel(), device=seeds.device), "amin")
+
+    def add(self, cand: Tensor, count: int) -> tuple[Tensor, Tensor]:
+        local = self.local[cand]
+        position = torch.arange(cand.numel(), device=cand.device)
+        first = torch.full_like(self.local, cand.numel()).scatter_reduce_(0, cand, position, "amin")
+        new = cand[(local == self.n) & (first[cand] == position)]
+        self.local[new] = torch.arange(count, count + new.numel(), device=cand.device)
+        return self.local[cand], new
+
+
+class _KeySet:
+    """The sampled node set of ``disjoint`` mode: sorted keys ``tree · N + node`` with their local ids (a
+    dense map would need B · N entries). Same ``add`` contract as :class:`_NodeMap`, on keys."""
+
+    def __init__(self, keys: Tensor) -> None:
+        keys, order = torch.sort(keys, stable=True)
+        head = torch.ones_like(keys, dtype=torch.bool)
+        head[1:] = keys[1:] != keys[:-1]
+        self.keys, self.local_of_key = keys[head], order[head]
+
+    def add(self, cand: Tensor, count: int) -> tuple[Tensor, Tensor]:
+        pos = torch.searchsorted(self.keys, cand).clamp_(max=max(self.keys.numel() - 1, 0))
+        found = self.keys[pos] == cand
+        local = torch.where(found, self.local_of_key[pos], -1)
+        missing = (~found).nonzero().view(-1)
+        new, rank = _first_occurrence(cand[missing])
+        local[missing] = count + rank
+        self.keys, merge = torch.sort(torch.cat([self.keys, new]))
+        new_local = torch.arange(count, count + new.numel(), device=cand.device)
+        self.local_of_key = torch.cat([self.local_of_key, new_local])[merge]
+        return local, new
 
 
 def _first_occurrence(keys: Tensor) -> tuple[Tensor, Tensor]:
@@ -230,12 +276,8 @@ class NeighborSampler:
         n, device = graph.num_nodes, graph.device
         seeds = seeds.long()
         num_seeds = seeds.numel()
-        tree = torch.arange(num_seeds, device=device) if self.disjoint else torch.zeros_like(seeds)
-        # The node set as sorted keys (tree · N + node) with the local id of each key.
-        keys, order = torch.sort(tree * n + seeds, stable=True)
-        head = torch.ones_like(keys, dtype=torch.bool)
-        head[1:] = keys[1:] != keys[:-1]
-        keys, local_of_key = keys[head], order[head]
+        tree = torch.arange(num_seeds, device=device) if self.disjoint else None
+        node_set = _KeySet(tree * n + seeds) if self.disjoint else _NodeMap(n, seeds)
 
         nodes, trees = [seeds], [tree]
         rows, cols, e_ids = [], [], []
@@ -243,26 +285,17 @@ class NeighborSampler:
         frontier, frontier_tree, frontier_start, count = seeds, tree, 0, num_seeds
         for k in self.num_neighbors:
             hop = sample_neighbors(graph, frontier, k, replace=self.replace, generator=generator)
-            cand = frontier_tree[hop.owner] * n + hop.nbr
-            pos = torch.searchsorted(keys, cand).clamp_(max=max(keys.numel() - 1, 0))
-            found = keys[pos] == cand
-            local = torch.where(found, local_of_key[pos], -1)
-            missing = (~found).nonzero().view(-1)
-            new_keys, rank = _first_occurrence(cand[missing])
-            local[missing] = count + rank
-            new_local = torch.arange(count, count + new_keys.numel(), device=device)
-            keys, merge = torch.sort(torch.cat([keys, new_keys]))
-            local_of_key = torch.cat([local_of_key, new_local])[merge]
-
+            cand = hop.nbr if tree is None else frontier_tree[hop.owner] * n + hop.nbr
+            local, new = node_set.add(cand, count)
             rows.append(local)
             cols.append(frontier_start + hop.owner)
             e_ids.append(hop.e_id)
             num_sampled_edges.append(hop.owner.numel())
-            frontier, frontier_tree = new_keys % n, new_keys // n
+            frontier, frontier_tree = (new, None) if tree is None else (new % n, new // n)
             nodes.append(frontier)
             trees.append(frontier_tree)
-            frontier_start, count = count, count + new_keys.numel()
-            num_sampled_nodes.append(new_keys.numel())
+            frontier_start, count = count, count + new.numel()
+            num_sampled_nodes.append(new.numel())
 
         n_id = torch.cat(nodes)
         batch = torch.cat(trees) if self.disjoint else None

@@ -129,12 +129,9 @@ def _pack(args: Sequence[int | float]) -> int:
 
 
 def ptr(t: Tensor | None) -> int:
-    """A tensor's device address as a kernel pointer argument (null for None)."""
-    if t is None:
-        return 0
-    if not t.is_cuda:
-        raise RuntimeError(f"internal error: a kernel argument lives on {t.device}, not on a CUDA device")
-    return t.data_ptr()
+    """A tensor's device address as a kernel pointer argument (null for None). Devices are the launchers'
+    business (:func:`check_devices`)."""
+    return 0 if t is None else t.data_ptr()
 
 
 def i64(v: int) -> int:
@@ -264,10 +261,14 @@ def vector_width(k: int, dtype: torch.dtype, tensors: Sequence[Tensor], divides:
                  lanes: int = 32) -> int:
     """Widest vector (16 bytes at most) that divides ``k`` (and ``divides``), keeps every access aligned and
     still gives each of ``lanes`` lanes a full vector (k >= lanes * vec)."""
-    item = _ITEM_SIZE[dtype]
     misalignment = 0
     for t in tensors:
         misalignment |= t.data_ptr()
+    return _vector_width(k, _ITEM_SIZE[dtype], misalignment & 15, divides, lanes)
+
+
+@functools.cache
+def _vector_width(k: int, item: int, misalignment: int, divides: int | None, lanes: int) -> int:
     for vec in (4, 2, 1):
         if vec > 1 and k < lanes * vec:
             continue

@@ -33,7 +33,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from graphfuse.engine import dispatcher
-from graphfuse.engine.autograd import _index32, _schedule
+from graphfuse.engine.autograd import _index32, _schedule, run
 from graphfuse.engine.functional import aggregate, edge_softmax
 from graphfuse.graph import Graph
 from graphfuse.kernels import gar as gar_kernels
@@ -244,8 +244,8 @@ def gat_scores(h: Tensor, att_src: Tensor, att_dst: Tensor, *, backend: str | No
     if not _use_fused("gat_scores", h.device, h.dtype, backend):
         return reference_gat_scores(h, att_src, att_dst)
     heads, c = h.shape[1:]
-    return FusedGatScores.apply(h.contiguous(), att_src.reshape(heads, c).contiguous(),
-                                att_dst.reshape(heads, c).contiguous())
+    return run(FusedGatScores, h.contiguous(), att_src.reshape(heads, c).contiguous(),
+               att_dst.reshape(heads, c).contiguous())
 
 
 def gat_attention(
@@ -277,8 +277,8 @@ def gat_attention(
         return reference_gat_attention(graph, alpha_src, alpha_dst, negative_slope, dropout, training,
                                        None if backend in (None, FUSED) else backend)
     p, seed = _seed(dropout, training)
-    return FusedGatAttention.apply(graph, alpha_src.contiguous(), alpha_dst.contiguous(), float(negative_slope),
-                                   p, seed)
+    return run(FusedGatAttention, graph, alpha_src.contiguous(), alpha_dst.contiguous(), float(negative_slope),
+               p, seed)
 
 
 def gat_aggregate(
@@ -315,6 +315,6 @@ def gat_aggregate(
         return reference_gat_aggregate(graph, h, alpha_src, alpha_dst, negative_slope, dropout, training,
                                        None if backend in (None, FUSED) else backend)
     p, seed = _seed(dropout, training)
-    out = FusedGatAggregate.apply(graph, h.reshape(h.size(0), -1).contiguous(), alpha_src.contiguous(),
-                                  alpha_dst.contiguous(), float(negative_slope), p, seed)
+    out = run(FusedGatAggregate, graph, h.reshape(h.size(0), -1).contiguous(), alpha_src.contiguous(),
+              alpha_dst.contiguous(), float(negative_slope), p, seed)
     return out.view(graph.num_dst, heads, h.size(2))

@@ -257,6 +257,10 @@ def check_heads(op: str, k: int, heads: int) -> int:
 _ITEM_SIZE = {torch.float32: 4, torch.float64: 8, torch.float16: 2, torch.bfloat16: 2}
 
 
+def itemsize(dtype: torch.dtype) -> int:
+    return _ITEM_SIZE[dtype]
+
+
 def vector_width(k: int, dtype: torch.dtype, tensors: Sequence[Tensor], divides: int | None = None,
                  lanes: int = 32) -> int:
     """Widest vector (16 bytes at most) that divides ``k`` (and ``divides``), keeps every access aligned and

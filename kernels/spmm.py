@@ -82,6 +82,71 @@ def config(k: int, dtype: torch.dtype, tensors: list[Tensor], heads: int = 1) ->
     return vec, cf, 32
 
 
+class GespmmPlan:
+    """One GE-SpMM configuration with everything but the dense operands fixed: the structure (``rowptr``,
+    ``col``, ``schedule``), the width K, dtype, reduce, heads and weight mode. Calling it allocates the outputs
+    and launches: the few microseconds of host work a small graph pays per aggregation. The engine caches
+    plans per graph; :func:`gespmm` builds a throwaway one.
+
+    ``x`` and the output are read with VEC-wide loads when both are aligned to VEC elements (always, for
+    tensors fresh from PyTorch's allocator); a misaligned ``x`` (a view into a larger tensor) is served by a
+    scalar-load twin plan.
+    """
+
+    def __init__(self, rowptr: Tensor, col: Tensor, *, k: int, dtype: torch.dtype, reduce: str = "sum",
+                 heads: int = 1, wmode: int = 0, schedule: RowSchedule | None = None, track: bool = False,
+                 argmask: bool = False, vec: int | None = None) -> None:
+        self.rowptr, self.col, self.schedule = rowptr, col, schedule
+        self.k, self.dtype, self.reduce, self.heads, self.wmode = k, dtype, reduce, heads, wmode
+        self.track, self.argmask, self.device = track, argmask, rowptr.device
+        self.num_rows = rowptr.numel() - 1
+        vec_, cf, group = config(k, dtype, [])  # widest vector the width allows, for aligned operands
+        if vec is not None and vec != vec_:  # the scalar twin: same tiling, VEC = 1
+            vec_, cf = vec, min(4, rt.next_pow2(-(-k // (32 * vec)))) if k >= 32 else cf
+        self.align = vec_ * rt.itemsize(dtype)
+        self.unaligned: GespmmPlan | None = None
+        num_segs = self.num_rows if schedule is None else schedule.seg_row.numel()
+        self.name, self.combine, self.family = _names(rt.ctype(dtype), REDUCE_CODES[reduce], wmode, vec_, cf,
+                                                      group, argmask, track)
+        self.grid = (-(-num_segs // (rt.BLOCK // group)), -(-k // (group * vec_ * cf)))
+        seg_ptr = rowptr if schedule is None else schedule.seg_ptr
+        self.structure = (rt.ptr(seg_ptr), rt.ptr(None if schedule is None else schedule.seg_row),
+                          rt.ptr(None if schedule is None else schedule.seg_slot), rt.ptr(col))
+        self.sizes = (num_segs, k, heads, k // heads)
+
+    def __call__(self, x: Tensor, values: Tensor | None = None, edge_id: Tensor | None = None,
+                 gather_arg: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        """``(out, arg)`` for dense ``x`` (and ``values``, ``edge_id``/``gather_arg`` as the plan's modes say);
+        shapes as in :func:`gespmm`, unchecked."""
+        out = torch.empty(self.num_rows, self.k, dtype=self.dtype, device=self.device)
+        arg = torch.empty(self.num_rows, self.k, dtype=torch.int64, device=self.device) if self.track else None
+        if self.num_rows == 0 or self.k == 0:
+            return out, arg
+        if (x.data_ptr() | out.data_ptr()) % self.align:
+            if self.unaligned is None:
+                self.unaligned = GespmmPlan(self.rowptr, self.col, k=self.k, dtype=self.dtype, reduce=self.reduce,
+                                            heads=self.heads, wmode=self.wmode, schedule=self.schedule,
+                                            track=self.track, argmask=self.argmask, vec=1)
+            return self.unaligned._launch(x, values, edge_id, gather_arg, out, arg)
+        return self._launch(x, values, edge_id, gather_arg, out, arg)
+
+    def _launch(self, x: Tensor, values: Tensor | None, edge_id: Tensor | None, gather_arg: Tensor | None,
+                out: Tensor, arg: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        schedule = self.schedule
+        part = part_arg = None
+        if schedule is not None and schedule.num_partials:
+            part = torch.empty(schedule.num_partials, self.k, dtype=self.dtype, device=self.device)
+            part_arg = torch.empty_like(part, dtype=torch.int64) if arg is not None else None
+        rt.launch(FILE, self.name, self.device, self.grid, (rt.BLOCK,), (
+            *self.structure, rt.ptr(values), rt.ptr(edge_id), rt.ptr(gather_arg), x.data_ptr(), out.data_ptr(),
+            rt.ptr(arg), rt.ptr(part), rt.ptr(part_arg), *self.sizes), family=self.family)
+        if part is not None:
+            rt.launch(FILE, self.combine, self.device, (schedule.long_rows.numel(), -(-self.k // 128)), (128,), (
+                rt.ptr(schedule.long_rows), rt.ptr(schedule.long_ptr), rt.ptr(self.rowptr), part.data_ptr(),
+                rt.ptr(part_arg), out.data_ptr(), rt.ptr(arg), self.k), family=self.family)
+        return out, arg
+
+
 def gespmm(
     rowptr: Tensor,
     col: Tensor,
@@ -94,7 +159,6 @@ def gespmm(
     return_arg: bool = False,
     edge_id: Tensor | None = None,
     gather_arg: Tensor | None = None,
-    check: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
     """``out[r] = reduce_{j in row r} values[j] * x[col[j]]`` (0 for empty rows).
 
@@ -108,8 +172,6 @@ def gespmm(
         return_arg: also return the position of the max/min entry (needed by the backward pass).
         edge_id, gather_arg: "argmask" mode (reduce="sum" only): entry j contributes to column k only when
             ``gather_arg[col[j], k] == edge_id[j]`` (the max/min backward over the transpose).
-        check: validate the arguments (False only for callers that built them, such as the engine's
-            autograd functions, which saves a few microseconds per call on small graphs).
 
     Returns:
         ``(out, arg)``; ``arg`` is None unless ``return_arg`` and reduce is max/min.
@@ -118,42 +180,11 @@ def gespmm(
         rowptr: (R + 1,) int64; col: (nnz,) int32; x: (num_cols, K); values: (nnz,) or (nnz, H);
         edge_id: (nnz,) int64; gather_arg: (num_cols, K) int64; out: (R, K); arg: (R, K) int64.
     """
-    if check:
-        _check(rowptr, col, x, values, reduce, heads, schedule, edge_id, gather_arg)
-    device = x.device
-    num_rows, k = rowptr.numel() - 1, x.size(1)
-    wmode = 0 if values is None else (1 if values.dim() == 1 else 2)
-    argmask = edge_id is not None
-    out = torch.empty(num_rows, k, dtype=x.dtype, device=device)
-    extremum = reduce in ("max", "min")
-    arg = torch.empty(num_rows, k, dtype=torch.int64, device=device) if (return_arg and extremum) else None
-    if num_rows == 0 or k == 0:
-        return out, arg
-    vec, cf, group = config(k, x.dtype, [x, out])
-    tile = group * vec * cf
-    if schedule is None:
-        seg_ptr, seg_row, seg_slot, num_segs = rowptr, None, None, num_rows
-        part = part_arg = None
-    else:
-        seg_ptr, seg_row, seg_slot = schedule.seg_ptr, schedule.seg_row, schedule.seg_slot
-        num_segs = seg_row.numel()
-        part = torch.empty(schedule.num_partials, k, dtype=x.dtype, device=device)
-        part_arg = torch.empty_like(part, dtype=torch.int64) if arg is not None else None
-    track = arg is not None
-    name, combine, family = _names(rt.ctype(x.dtype), REDUCE_CODES[reduce], wmode, vec, cf, group, argmask, track)
-    groups_per_block = rt.BLOCK // group
-    grid = (-(-num_segs // groups_per_block), -(-k // tile))
-    rt.launch(FILE, name, device, grid, (rt.BLOCK,), (
-        rt.ptr(seg_ptr), rt.ptr(seg_row), rt.ptr(seg_slot), rt.ptr(col), rt.ptr(values), rt.ptr(edge_id),
-        rt.ptr(gather_arg), rt.ptr(x), rt.ptr(out), rt.ptr(arg), rt.ptr(part), rt.ptr(part_arg),
-        rt.i64(num_segs), rt.i64(k), rt.i64(heads), rt.i64(k // heads),
-    ), family=family)
-    if schedule is not None and schedule.long_rows.numel():
-        rt.launch(FILE, combine, device, (schedule.long_rows.numel(), -(-k // 128)), (128,), (
-            rt.ptr(schedule.long_rows), rt.ptr(schedule.long_ptr), rt.ptr(rowptr), rt.ptr(part),
-            rt.ptr(part_arg), rt.ptr(out), rt.ptr(arg), rt.i64(k),
-        ), family=family)
-    return out, arg
+    _check(rowptr, col, x, values, reduce, heads, schedule, edge_id, gather_arg)
+    plan = GespmmPlan(rowptr, col, k=x.size(1), dtype=x.dtype, reduce=reduce, heads=heads,
+                      wmode=0 if values is None else values.dim(), schedule=schedule,
+                      track=return_arg and reduce in ("max", "min"), argmask=edge_id is not None)
+    return plan(x, values, edge_id, gather_arg)
 
 
 def _check(rowptr: Tensor, col: Tensor, x: Tensor, values: Tensor | None, reduce: str, heads: int,

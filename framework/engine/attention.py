@@ -33,13 +33,12 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from graphfuse.engine import dispatcher
-from graphfuse.engine.autograd import _index32, _schedule, run
+from graphfuse.engine.autograd import _index32, gespmm_plan, run
 from graphfuse.engine.functional import aggregate, edge_softmax
 from graphfuse.graph import Graph
 from graphfuse.kernels import gar as gar_kernels
 from graphfuse.kernels import gat_attention as gat_kernels
 from graphfuse.kernels import runtime
-from graphfuse.kernels import spmm as spmm_kernels
 
 FUSED = "fused"
 SUPPORTED_DTYPES = (torch.float32, torch.float64)
@@ -144,9 +143,8 @@ class FusedGatAggregate(torch.autograd.Function):
         _, alpha, row_max, row_sum = gat_kernels.softmax_forward(
             *_csr_args(graph), a_src, a_dst, negative_slope=slope, dropout=dropout, seed=seed, coo_order=False,
             csr_order=True)
-        out, _ = spmm_kernels.gespmm(graph.csr.rowptr, _index32(graph, "csr"), h,
-                                     alpha.view(-1) if heads == 1 else alpha, heads=heads,
-                                     schedule=_schedule(graph, "csr"))
+        plan = gespmm_plan(graph, "csr", h, heads=heads, weighted=True)
+        out, _ = plan(h, alpha.view(-1) if heads == 1 else alpha)
         del alpha
         ctx.graph, ctx.slope, ctx.dropout, ctx.seed, ctx.heads = graph, slope, dropout, seed, heads
         ctx.save_for_backward(h, a_src, a_dst, row_max, row_sum)
@@ -164,8 +162,8 @@ class FusedGatAggregate(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             alpha = gat_kernels.alpha_entries(csc.col, row32, csc.perm, a_src, a_dst, row_max, row_sum,
                                               negative_slope=ctx.slope, dropout=ctx.dropout, seed=ctx.seed)
-            dh, _ = spmm_kernels.gespmm(csc.colptr, row32, g, alpha.view(-1) if heads == 1 else alpha,
-                                        heads=heads, schedule=_schedule(graph, "csc"))
+            plan = gespmm_plan(graph, "csc", g, heads=heads, weighted=True)
+            dh, _ = plan(g, alpha.view(-1) if heads == 1 else alpha)
             del alpha
         need_src, need_dst = ctx.needs_input_grad[2], ctx.needs_input_grad[3]
         if need_src or need_dst:

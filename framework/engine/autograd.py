@@ -67,6 +67,21 @@ def _schedule(graph: Graph, fmt: str) -> spmm_kernels.RowSchedule | None:
     return graph.cached(("kernels", "schedule", fmt), lambda: spmm_kernels.row_schedule(ptr, segment))
 
 
+def gespmm_plan(graph: Graph, fmt: str, x: Tensor, *, reduce: str = "sum", heads: int = 1, weighted: bool = False,
+                track: bool = False, argmask: bool = False) -> spmm_kernels.GespmmPlan:
+    """The GE-SpMM plan over the graph's CSR (fmt="csr") or CSC (fmt="csc") for operands like ``x``, cached
+    on the graph per configuration (built once; each call then only allocates and launches)."""
+    key = ("kernels", "plan", fmt, x.size(1), x.dtype, reduce, heads, weighted, track, argmask)
+
+    def build() -> spmm_kernels.GespmmPlan:
+        ptr = graph.csr.rowptr if fmt == "csr" else graph.csc.colptr
+        return spmm_kernels.GespmmPlan(ptr, _index32(graph, fmt), k=x.size(1), dtype=x.dtype, reduce=reduce,
+                                       heads=heads, wmode=0 if not weighted else (1 if heads == 1 else 2),
+                                       schedule=_schedule(graph, fmt), track=track, argmask=argmask)
+
+    return graph.cached(key, build)
+
+
 def _perm(graph: Graph, fmt: str) -> Tensor:
     return graph.csr.perm if fmt == "csr" else graph.csc.perm
 
@@ -102,6 +117,8 @@ def _gas_degree(graph: Graph) -> Tensor:
 def _flatten(graph: Graph, x: Tensor, w: Tensor | None) -> tuple[Tensor, int]:
     """x as (N, K) contiguous and the number of weight heads (1 unless w is (E, H))."""
     heads = w.size(1) if (w is not None and w.dim() == 2) else 1
+    if x.dim() == 2 and x.is_contiguous():
+        return x, heads
     return x.reshape(x.size(0), -1).contiguous(), heads
 
 
@@ -117,11 +134,9 @@ class GespmmAggregate(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, graph: Graph, x: Tensor, w: Tensor | None, reduce: str, heads: int) -> Tensor:
-        csr = graph.csr
         need_arg = reduce in ("max", "min") and any(ctx.needs_input_grad[1:3])
-        out, arg = spmm_kernels.gespmm(csr.rowptr, _index32(graph, "csr"), x, _permuted(graph, w, "csr"),
-                                       reduce=reduce, heads=heads, schedule=_schedule(graph, "csr"),
-                                       return_arg=need_arg, check=False)
+        plan = gespmm_plan(graph, "csr", x, reduce=reduce, heads=heads, weighted=w is not None, track=need_arg)
+        out, arg = plan(x, _permuted(graph, w, "csr"))
         ctx.graph, ctx.reduce, ctx.heads = graph, reduce, heads
         ctx.save_for_backward(x, w, arg)
         return out
@@ -136,9 +151,8 @@ class GespmmAggregate(torch.autograd.Function):
         mask = {"edge_id": graph.csr_to_csc, "gather_arg": arg} if arg is not None else {}
         dx = dw = None
         if ctx.needs_input_grad[1]:
-            dx, _ = spmm_kernels.gespmm(csc.colptr, _index32(graph, "csc"), g, _permuted(graph, w, "csc"),
-                                        reduce="sum", heads=heads, schedule=_schedule(graph, "csc"), check=False,
-                                        **mask)
+            plan = gespmm_plan(graph, "csc", g, heads=heads, weighted=w is not None, argmask=arg is not None)
+            dx, _ = plan(g, _permuted(graph, w, "csc"), **mask)
         if w is not None and ctx.needs_input_grad[2]:
             _, dw = gar_kernels.gar_backward(csc.colptr, _index32(graph, "csc"), g, x, None, heads=heads,
                                              edge_perm=csc.perm, need_dx=False, need_dw=True, **mask)
@@ -236,13 +250,11 @@ class Sddmm(torch.autograd.Function):
         grad = grad.contiguous()
         da = db = None
         if ctx.needs_input_grad[1]:  # da[dst] = sum_e grad_e * b[src_e]: aggregation over CSR
-            da, _ = spmm_kernels.gespmm(graph.csr.rowptr, _index32(graph, "csr"), b,
-                                        grad.index_select(0, graph.csr.perm).contiguous(), heads=heads,
-                                        schedule=_schedule(graph, "csr"))
+            plan = gespmm_plan(graph, "csr", b, heads=heads, weighted=True)
+            da, _ = plan(b, grad.index_select(0, graph.csr.perm).contiguous())
         if ctx.needs_input_grad[2]:  # db[src] = sum_e grad_e * a[dst_e]: aggregation over CSC
-            db, _ = spmm_kernels.gespmm(graph.csc.colptr, _index32(graph, "csc"), a,
-                                        grad.index_select(0, graph.csc.perm).contiguous(), heads=heads,
-                                        schedule=_schedule(graph, "csc"))
+            plan = gespmm_plan(graph, "csc", a, heads=heads, weighted=True)
+            db, _ = plan(a, grad.index_select(0, graph.csc.perm).contiguous())
         return None, da, db, None
 
 
@@ -273,7 +285,11 @@ def _aggregate(name: str, graph: Graph, x: Tensor, edge_weight: Tensor | None, r
     fn = _FUNCTIONS[name]
     if name == "gas" and reduce in ("max", "min"):
         fn = GespmmAggregate
-    return run(fn, graph, x2, edge_weight, reduce, heads).view(graph.num_dst, *x.shape[1:])
+    if torch.is_grad_enabled() and (x.requires_grad or (edge_weight is not None and edge_weight.requires_grad)):
+        out = fn.apply(graph, x2, edge_weight, reduce, heads)
+    else:
+        out = fn.forward(_NoGradContext(), graph, x2, edge_weight, reduce, heads)
+    return out if x.dim() == 2 else out.view(graph.num_dst, *x.shape[1:])
 
 
 def gespmm_aggregate(graph: Graph, x: Tensor, edge_weight: Tensor | None = None, reduce: str = "sum") -> Tensor:

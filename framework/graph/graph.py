@@ -116,6 +116,7 @@ class Graph:
         self.num_src = num_src
         self.num_dst = num_dst
         self.num_edges: int = edge_index.size(1)
+        self.device: torch.device = edge_index.device
         self._cache: dict[Any, Any] = {}
 
     # ------------------------------------------------------------------ sizes
@@ -131,10 +132,6 @@ class Graph:
                 f"num_dst={self.num_dst}); use num_src / num_dst"
             )
         return self.num_dst
-
-    @property
-    def device(self) -> torch.device:
-        return self.edge_index.device
 
     # ------------------------------------------------------------------ cache
     def cached(self, key: Any, build: Callable[[], Any]) -> Any:

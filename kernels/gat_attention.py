@@ -11,6 +11,8 @@ Shapes:
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 
@@ -50,18 +52,22 @@ def _grid(rows: int) -> tuple[int]:
 KERNELS = ("gat_softmax_rows", "gat_alpha_entries", "gat_softmax_bwd_rows", "gat_softmax_bwd_cols")
 
 
-def node_scores(x: Tensor, att_src: Tensor, att_dst: Tensor) -> tuple[Tensor, Tensor]:
+def node_scores(x: Tensor, att_src: Tensor, att_dst: Tensor, *, check: bool = True) -> tuple[Tensor, Tensor]:
     """``a_src[n, h] = <x[n, h], att_src[h]>`` and ``a_dst[n, h] = <x[n, h], att_dst[h]>`` in one launch.
+    ``check=False``: the caller (the engine) has validated the arguments.
 
     Shapes:
         x: (N, H, C) contiguous; att_src, att_dst: (H, C) contiguous; returns two (N, H).
     """
     op = "gat_node_scores"
-    rt.check_tensor(op, "x", x, dtypes=rt.FLOAT_DTYPES, ndim=3)
+    if check:
+        rt.check_tensor(op, "x", x, dtypes=rt.FLOAT_DTYPES, ndim=3)
+        for name, t in (("att_src", att_src), ("att_dst", att_dst)):
+            rt.check_tensor(op, name, t, dtypes=(x.dtype,), ndim=2, shape=x.shape[1:],
+                            shape_text=f"(H={x.size(1)}, C={x.size(2)})")
+        rt.check_devices(op, dict(x=x, att_src=att_src, att_dst=att_dst))
     n, heads, c = x.shape
-    for name, t in (("att_src", att_src), ("att_dst", att_dst)):
-        rt.check_tensor(op, name, t, dtypes=(x.dtype,), ndim=2, shape=(heads, c), shape_text=f"(H={heads}, C={c})")
-    device = rt.check_devices(op, dict(x=x, att_src=att_src, att_dst=att_dst))
+    device = x.device
     a_src = torch.empty(n, heads, dtype=x.dtype, device=device)
     a_dst = torch.empty(n, heads, dtype=x.dtype, device=device)
     rt.launch(FILE, f"gat_node_scores<{rt.ctype(x.dtype)}>", device, (-(-(n * heads) // rt.BLOCK),), (rt.BLOCK,), (
@@ -71,9 +77,10 @@ def node_scores(x: Tensor, att_src: Tensor, att_dst: Tensor) -> tuple[Tensor, Te
     return a_src, a_dst
 
 
-def _family(dtype: torch.dtype, dropout: float) -> list[str]:
-    """The four kernels of one (dtype, dropout) pair, compiled together on first use."""
-    return [f"{k}<{rt.ctype(dtype)}, {rt.cbool(dropout > 0)}>" for k in KERNELS]
+@functools.cache
+def _family(dtype: torch.dtype, dropout: bool) -> tuple[str, ...]:
+    """The four kernels of one (dtype, dropout > 0) pair, compiled together on first use."""
+    return tuple(f"{k}<{rt.ctype(dtype)}, {rt.cbool(dropout)}>" for k in KERNELS)
 
 
 def _scalars(negative_slope: float, dropout: float, seed: int) -> tuple:
@@ -92,26 +99,27 @@ def softmax_forward(
     seed: int = 0,
     coo_order: bool = True,
     csr_order: bool = False,
+    check: bool = True,
 ) -> tuple[Tensor | None, Tensor | None, Tensor, Tensor]:
-    """Attention coefficients of every edge (dropout applied when ``dropout > 0``).
+    """Attention coefficients of every edge (dropout applied when ``dropout > 0``). ``check=False``: the
+    caller (the engine) has validated the arguments.
 
     Returns:
         ``(alpha_coo, alpha_csr, row_max, row_sum)``: alpha in COO order and / or in CSR order (None unless
         asked for), and the per-target statistics the backward pass recomputes alpha from.
     """
     op = "gat_softmax"
-    _check_dropout(op, dropout)
-    heads = _check_nodes(op, a_src, a_dst)
-    num_dst = a_dst.size(0)
-    _check_ptr(op, "rowptr", rowptr, num_dst, "N_dst")
-    nnz = col32.numel()
-    _check_entries(op, dict(col32=(col32, torch.int32), perm=(perm, torch.int64)), nnz)
-    device = rt.check_devices(op, dict(rowptr=rowptr, col32=col32, perm=perm, a_src=a_src, a_dst=a_dst))
-    dtype = a_src.dtype
+    num_dst, heads, nnz = a_dst.size(0), a_src.size(1), col32.numel()
+    if check:
+        _check_dropout(op, dropout)
+        _check_nodes(op, a_src, a_dst)
+        _check_ptr(op, "rowptr", rowptr, num_dst, "N_dst")
+        _check_entries(op, dict(col32=(col32, torch.int32), perm=(perm, torch.int64)), nnz)
+        rt.check_devices(op, dict(rowptr=rowptr, col32=col32, perm=perm, a_src=a_src, a_dst=a_dst))
+    device, dtype = a_src.device, a_src.dtype
     alpha_coo = torch.empty(nnz, heads, dtype=dtype, device=device) if coo_order else None
     alpha_csr = torch.empty(nnz, heads, dtype=dtype, device=device) if csr_order else None
-    row_max = torch.empty(num_dst, heads, dtype=dtype, device=device)
-    row_sum = torch.empty(num_dst, heads, dtype=dtype, device=device)
+    row_max, row_sum = torch.empty(2, num_dst, heads, dtype=dtype, device=device)
     if heads == 0:
         return alpha_coo, alpha_csr, row_max, row_sum
     name = f"gat_softmax_rows<{rt.ctype(dtype)}, {rt.cbool(dropout > 0)}>"
@@ -119,7 +127,7 @@ def softmax_forward(
         rt.ptr(rowptr), rt.ptr(col32), rt.ptr(perm), rt.ptr(a_src), rt.ptr(a_dst), rt.ptr(alpha_coo),
         rt.ptr(alpha_csr), rt.ptr(row_max), rt.ptr(row_sum), rt.i64(num_dst), rt.i64(heads),
         *_scalars(negative_slope, dropout, seed),
-    ), family=_family(dtype, dropout))
+    ), family=_family(dtype, dropout > 0))
     return alpha_coo, alpha_csr, row_max, row_sum
 
 
@@ -153,7 +161,7 @@ def alpha_entries(
     rt.launch(FILE, name, device, (-(-(n * heads) // rt.BLOCK),), (rt.BLOCK,), (
         rt.ptr(src), rt.ptr(dst32), rt.ptr(eid), rt.ptr(a_src), rt.ptr(a_dst), rt.ptr(row_max), rt.ptr(row_sum),
         rt.ptr(out), rt.i64(n), rt.i64(heads), *_scalars(negative_slope, dropout, seed),
-    ), family=_family(a_src.dtype, dropout))
+    ), family=_family(a_src.dtype, dropout > 0))
     return out
 
 
@@ -218,7 +226,7 @@ def softmax_backward(
     rt.launch(FILE, f"gat_softmax_bwd_rows<{t}, {drop}>", device, _grid(num_dst), (32 * WARPS_PER_BLOCK,), (
         rt.ptr(rowptr), rt.ptr(col32), rt.ptr(perm), rt.ptr(rpos), rt.ptr(dalpha), rt.ptr(a_src), rt.ptr(a_dst),
         rt.ptr(row_max), rt.ptr(row_sum), rt.ptr(d_dst), rt.ptr(rowdot), rt.i64(num_dst), rt.i64(heads), *scalars,
-    ), family=_family(dtype, dropout))
+    ), family=_family(dtype, dropout > 0))
     d_src = None
     if need_src:
         d_src = torch.empty(num_src, heads, dtype=dtype, device=device)
@@ -226,7 +234,7 @@ def softmax_backward(
             rt.ptr(colptr), rt.ptr(row32), rt.ptr(csc_perm), rt.ptr(cpos), rt.ptr(dalpha), rt.ptr(a_src),
             rt.ptr(a_dst), rt.ptr(row_max), rt.ptr(row_sum), rt.ptr(rowdot), rt.ptr(d_src), rt.i64(num_src),
             rt.i64(heads), *scalars,
-        ), family=_family(dtype, dropout))
+        ), family=_family(dtype, dropout > 0))
     return d_src, d_dst
 
 

@@ -73,7 +73,7 @@ class FusedGatScores(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, h: Tensor, att_src: Tensor, att_dst: Tensor) -> tuple[Tensor, Tensor]:
         ctx.save_for_backward(h, att_src, att_dst)
-        return gat_kernels.node_scores(h, att_src, att_dst)
+        return gat_kernels.node_scores(h, att_src, att_dst, check=False)
 
     @staticmethod
     @once_differentiable
@@ -111,7 +111,8 @@ class FusedGatAttention(torch.autograd.Function):
     def forward(ctx: Any, graph: Graph, a_src: Tensor, a_dst: Tensor, slope: float, dropout: float,
                 seed: int) -> Tensor:
         alpha, _, row_max, row_sum = gat_kernels.softmax_forward(
-            *_csr_args(graph), a_src, a_dst, negative_slope=slope, dropout=dropout, seed=seed, coo_order=True)
+            *_csr_args(graph), a_src, a_dst, negative_slope=slope, dropout=dropout, seed=seed, coo_order=True,
+            check=False)
         ctx.graph, ctx.slope, ctx.dropout, ctx.seed = graph, slope, dropout, seed
         ctx.save_for_backward(a_src, a_dst, row_max, row_sum)
         return alpha
@@ -142,7 +143,7 @@ class FusedGatAggregate(torch.autograd.Function):
         heads = a_src.size(1)
         _, alpha, row_max, row_sum = gat_kernels.softmax_forward(
             *_csr_args(graph), a_src, a_dst, negative_slope=slope, dropout=dropout, seed=seed, coo_order=False,
-            csr_order=True)
+            csr_order=True, check=False)
         plan = gespmm_plan(graph, "csr", h, heads=heads, weighted=True)
         out, _ = plan(h, alpha.view(-1) if heads == 1 else alpha)
         del alpha

@@ -49,7 +49,7 @@ def _grid(rows: int) -> tuple[int]:
     return (min(-(-rows // WARPS_PER_BLOCK), MAX_GRID),)
 
 
-KERNELS = ("gat_softmax_rows", "gat_alpha_entries", "gat_softmax_bwd_rows", "gat_softmax_bwd_cols")
+KERNELS = ("gat_softmax_rows", "gat_alpha_entries", "gat_softmax_bwd_rows", "gat_softmax_bwd_cols")  # _family order
 
 
 def node_scores(x: Tensor, att_src: Tensor, att_dst: Tensor, *, check: bool = True) -> tuple[Tensor, Tensor]:
@@ -122,12 +122,11 @@ def softmax_forward(
     row_max, row_sum = torch.empty(2, num_dst, heads, dtype=dtype, device=device)
     if heads == 0:
         return alpha_coo, alpha_csr, row_max, row_sum
-    name = f"gat_softmax_rows<{rt.ctype(dtype)}, {rt.cbool(dropout > 0)}>"
-    rt.launch(FILE, name, device, _grid(num_dst), (32 * WARPS_PER_BLOCK,), (
+    family = _family(dtype, dropout > 0)
+    rt.launch(FILE, family[0], device, _grid(num_dst), (32 * WARPS_PER_BLOCK,), (
         rt.ptr(rowptr), rt.ptr(col32), rt.ptr(perm), rt.ptr(a_src), rt.ptr(a_dst), rt.ptr(alpha_coo),
-        rt.ptr(alpha_csr), rt.ptr(row_max), rt.ptr(row_sum), rt.i64(num_dst), rt.i64(heads),
-        *_scalars(negative_slope, dropout, seed),
-    ), family=_family(dtype, dropout > 0))
+        rt.ptr(alpha_csr), rt.ptr(row_max), rt.ptr(row_sum), num_dst, heads, *_scalars(negative_slope, dropout, seed),
+    ), family=family)
     return alpha_coo, alpha_csr, row_max, row_sum
 
 

@@ -29,6 +29,15 @@ def config(k: int, dtype: torch.dtype, tensors: list[Tensor]) -> tuple[int, int,
     return vec, cf, 32
 
 
+def _check_structure(op: str, ptr_name: str, ptr: Tensor, index_name: str, index: Tensor, rows: str) -> None:
+    """Raise unless ``ptr`` (``rows`` + 1 offsets) is non-empty 1-D int64 and ``index`` 1-D int32."""
+    rt.check_tensor(op, ptr_name, ptr, dtypes=(torch.int64,), ndim=1)
+    if ptr.numel() < 1:
+        raise ValueError(f"{op}: {ptr_name} must have at least one element ({rows} + 1); got shape "
+                         f"{tuple(ptr.shape)}")
+    rt.check_tensor(op, index_name, index, dtypes=(torch.int32,), ndim=1)
+
+
 def _weights(op: str, values: Tensor | None, nnz: int, heads: int, x: Tensor) -> int:
     if values is None:
         return 0
@@ -59,10 +68,7 @@ def gar_forward(
     if reduce not in REDUCE_CODES:
         raise ValueError(f"{op}: reduce must be one of {list(REDUCE_CODES)}; got {reduce!r}")
     rt.check_tensor(op, "x", x, dtypes=rt.FLOAT_DTYPES, ndim=2)
-    rt.check_tensor(op, "rowptr", rowptr, dtypes=(torch.int64,), ndim=1)
-    if rowptr.numel() < 1:
-        raise ValueError(f"{op}: rowptr must have at least one element (R + 1); got shape {tuple(rowptr.shape)}")
-    rt.check_tensor(op, "col", col, dtypes=(torch.int32,), ndim=1)
+    _check_structure(op, "rowptr", rowptr, "col", col, "R")
     num_rows, k = rowptr.numel() - 1, x.size(1)
     c = rt.check_heads(op, k, heads)
     wmode = _weights(op, values, col.numel(), heads, x)
@@ -117,11 +123,7 @@ def gar_backward(
     """
     op = "gar_backward"
     rt.check_tensor(op, "grad", grad, dtypes=rt.FLOAT_DTYPES, ndim=2)
-    rt.check_tensor(op, "colptr", colptr, dtypes=(torch.int64,), ndim=1)
-    if colptr.numel() < 1:
-        raise ValueError(f"{op}: colptr must have at least one element (num_src + 1); got shape "
-                         f"{tuple(colptr.shape)}")
-    rt.check_tensor(op, "row", row, dtypes=(torch.int32,), ndim=1)
+    _check_structure(op, "colptr", colptr, "row", row, "num_src")
     if not (need_dx or need_dw):
         raise ValueError(f"{op}: ask for at least one of need_dx, need_dw")
     num_src, k, nnz = colptr.numel() - 1, grad.size(1), row.numel()

@@ -9,6 +9,25 @@
 // fused instead of being materialised as extra edges.
 #include "common.cuh"
 
+// Source s, target d and weight w of edge e < num_edges + num_self: COO edge e (w = val[e] with GF_W_EDGE,
+// else 1) when e < num_edges, else the virtual self loop of node e - num_edges (w = self_w[node], 1 when
+// self_w is null). Returns whether e is a real edge.
+template <typename T, int WMODE>
+__device__ __forceinline__ bool gas_edge(i64 e, const i64* src, const i64* dst, const T* val, const T* self_w,
+                                         i64 num_edges, i64& s, i64& d, T& w) {
+  w = T(1);
+  const bool real = e < num_edges;
+  if (real) {
+    s = src[e];
+    d = dst[e];
+    if (WMODE == GF_W_EDGE) w = val[e];
+  } else {
+    s = d = e - num_edges;
+    if (self_w) w = self_w[s];
+  }
+  return real;
+}
+
 template <typename T, int WMODE, int VEC, int GROUP>
 __global__ void __launch_bounds__(256) gas_forward(
     const i64* __restrict__ src, const i64* __restrict__ dst,  // (E,) each
@@ -22,16 +41,8 @@ __global__ void __launch_bounds__(256) gas_forward(
   const i64 total = num_edges + num_self;
   for (i64 e = (i64)blockIdx.x * slots + threadIdx.x / GROUP; e < total; e += (i64)gridDim.x * slots) {
     i64 s, d;
-    T w = T(1);
-    const bool real = e < num_edges;
-    if (real) {
-      s = src[e];
-      d = dst[e];
-      if (WMODE == GF_W_EDGE) w = val[e];
-    } else {
-      s = d = e - num_edges;
-      if (self_w) w = self_w[s];
-    }
+    T w;
+    const bool real = gas_edge<T, WMODE>(e, src, dst, val, self_w, num_edges, s, d, w);
     for (i64 k = (i64)gl * VEC; k < K; k += GROUP * VEC) {
       T v[VEC];
       gf_load<T, VEC>(x + s * K + k, v);
@@ -64,16 +75,8 @@ __global__ void __launch_bounds__(256) gas_backward(
   const i64 total = num_edges + (DX ? num_self : 0);
   for (i64 e = (i64)blockIdx.x * slots + threadIdx.x / GROUP; e < total; e += (i64)gridDim.x * slots) {
     i64 s, d;
-    T w = T(1);
-    const bool real = e < num_edges;
-    if (real) {
-      s = src[e];
-      d = dst[e];
-      if (WMODE == GF_W_EDGE) w = val[e];
-    } else {
-      s = d = e - num_edges;
-      if (self_w) w = self_w[s];
-    }
+    T w;
+    const bool real = gas_edge<T, WMODE>(e, src, dst, val, self_w, num_edges, s, d, w);
     for (i64 h = 0; h < H; ++h) {
       const T wh = (WMODE == GF_W_HEAD && real) ? val[e * H + h] : w;
       T part = T(0);

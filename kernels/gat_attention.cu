@@ -39,6 +39,21 @@ __device__ __forceinline__ bool gat_keep(unsigned long long seed, i64 e, i64 H, 
 
 template <typename T> __device__ __forceinline__ T gat_leaky(T v, T slope) { return v > T(0) ? v : v * slope; }
 
+// The scalars every attention kernel takes (LeakyReLU slope, dropout probability p, mask seed) in the types
+// the kernels compute with, and the dropout scale 1 / (1 - p) (1 without DROPOUT).
+template <typename T, bool DROPOUT> struct GatParams {
+  T slope;
+  double p;
+  T scale;
+  unsigned long long seed;
+
+  __device__ __forceinline__ GatParams(double slope_d, double p_, i64 seed_i)
+      : slope((T)slope_d), p(p_), scale(DROPOUT ? (T)(1.0 / (1.0 - p_)) : T(1)), seed((unsigned long long)seed_i) {}
+
+  // Keep-decision of attention dropout for (edge e, head h) (see gat_keep).
+  __device__ __forceinline__ bool keep(i64 e, i64 H, i64 h) const { return gat_keep(seed, e, H, h, p); }
+};
+
 // Reductions over the cooperating threads of a row: the warp, or the block (BLOCK; every thread must call,
 // s_red holds GAT_WARPS values).
 template <typename T, bool BLOCK> __device__ __forceinline__ T gat_sum(T v, T* s_red) {
@@ -83,8 +98,7 @@ template <typename T, bool DROPOUT, bool BLOCK>
 __device__ __forceinline__ void gat_row_forward(
     i64 t, int me, int nthreads, T* s_red, const i64* __restrict__ rowptr, const int* __restrict__ col32,
     const i64* __restrict__ perm, const T* __restrict__ a_src, const T* __restrict__ a_dst, T* __restrict__ out_coo,
-    T* __restrict__ out_csr, T* __restrict__ row_max, T* __restrict__ row_sum, i64 H, T slope, double p, T scale,
-    unsigned long long seed) {
+    T* __restrict__ out_csr, T* __restrict__ row_max, T* __restrict__ row_sum, i64 H, GatParams<T, DROPOUT> prm) {
   const i64 lo = rowptr[t], hi = rowptr[t + 1];
   for (i64 h0 = 0; h0 < H; h0 += GAT_GH) {
     const int nh = (int)min((i64)GAT_GH, H - h0);
@@ -99,7 +113,7 @@ __device__ __forceinline__ void gat_row_forward(
       const T* as = a_src + (i64)col32[i] * H + h0;
 #pragma unroll
       for (int k = 0; k < GAT_GH; ++k)
-        if (k < nh) m[k] = max(m[k], gat_leaky(as[k] + ad[k], slope));
+        if (k < nh) m[k] = max(m[k], gat_leaky(as[k] + ad[k], prm.slope));
     }
 #pragma unroll
     for (int k = 0; k < GAT_GH; ++k) m[k] = gat_max<T, BLOCK>(m[k], s_red);
@@ -107,7 +121,7 @@ __device__ __forceinline__ void gat_row_forward(
       const T* as = a_src + (i64)col32[i] * H + h0;
 #pragma unroll
       for (int k = 0; k < GAT_GH; ++k)
-        if (k < nh) s[k] += exp(gat_leaky(as[k] + ad[k], slope) - m[k]);
+        if (k < nh) s[k] += exp(gat_leaky(as[k] + ad[k], prm.slope) - m[k]);
     }
 #pragma unroll
     for (int k = 0; k < GAT_GH; ++k) s[k] = gat_sum<T, BLOCK>(s[k], s_red);
@@ -125,8 +139,8 @@ __device__ __forceinline__ void gat_row_forward(
 #pragma unroll
       for (int k = 0; k < GAT_GH; ++k) {
         if (k >= nh) continue;
-        T a = exp(gat_leaky(as[k] + ad[k], slope) - m[k]) / s[k];
-        if (DROPOUT) a = gat_keep(seed, e, H, h0 + k, p) ? a * scale : T(0);
+        T a = exp(gat_leaky(as[k] + ad[k], prm.slope) - m[k]) / s[k];
+        if (DROPOUT) a = prm.keep(e, H, h0 + k) ? a * prm.scale : T(0);
         if (out_coo) out_coo[e * H + h0 + k] = a;
         if (out_csr) out_csr[i * H + h0 + k] = a;
       }
@@ -143,12 +157,10 @@ __global__ void __launch_bounds__(256) gat_softmax_rows(
     T* __restrict__ row_max, T* __restrict__ row_sum, i64 num_rows, i64 H, double slope_d, double p,
     i64 seed_i) {
   __shared__ T s_red[GAT_WARPS];
-  const T slope = (T)slope_d;
-  const T scale = DROPOUT ? (T)(1.0 / (1.0 - p)) : T(1);
-  const unsigned long long seed = (unsigned long long)seed_i;
+  const GatParams<T, DROPOUT> prm(slope_d, p, seed_i);
 #define GAT_FWD_ROW(t, me, nthreads, BLOCK)                                                                 \
   gat_row_forward<T, DROPOUT, BLOCK>(t, me, nthreads, s_red, rowptr, col32, perm, a_src, a_dst, out_coo, \
-                                     out_csr, row_max, row_sum, H, slope, p, scale, seed)
+                                     out_csr, row_max, row_sum, H, prm)
   GAT_FOR_ROWS(num_rows, rowptr, GAT_FWD_ROW)
 #undef GAT_FWD_ROW
 }
@@ -163,9 +175,9 @@ __global__ void __launch_bounds__(256) gat_alpha_entries(
   if (idx >= n * H) return;
   const i64 j = idx / H, h = idx - j * H;
   const i64 s = src[j], t = dst[j];
-  const T scale = DROPOUT ? (T)(1.0 / (1.0 - p)) : T(1);
-  T a = exp(gat_leaky(a_src[s * H + h] + a_dst[t * H + h], (T)slope_d) - row_max[t * H + h]) / row_sum[t * H + h];
-  if (DROPOUT) a = gat_keep((unsigned long long)seed_i, eid[j], H, h, p) ? a * scale : T(0);
+  const GatParams<T, DROPOUT> prm(slope_d, p, seed_i);
+  T a = exp(gat_leaky(a_src[s * H + h] + a_dst[t * H + h], prm.slope) - row_max[t * H + h]) / row_sum[t * H + h];
+  if (DROPOUT) a = prm.keep(eid[j], H, h) ? a * prm.scale : T(0);
   out[idx] = a;
 }
 
@@ -174,8 +186,7 @@ __device__ __forceinline__ void gat_row_backward(
     i64 t, int me, int nthreads, T* s_red, const i64* __restrict__ rowptr, const int* __restrict__ col32,
     const i64* __restrict__ perm, const i64* __restrict__ rpos, const T* __restrict__ dalpha,
     const T* __restrict__ a_src, const T* __restrict__ a_dst, const T* __restrict__ row_max,
-    const T* __restrict__ row_sum, T* __restrict__ d_dst, T* __restrict__ rowdot, i64 H, T slope, double p,
-    T scale, unsigned long long seed) {
+    const T* __restrict__ row_sum, T* __restrict__ d_dst, T* __restrict__ rowdot, i64 H, GatParams<T, DROPOUT> prm) {
   const i64 lo = rowptr[t], hi = rowptr[t + 1];
   for (i64 h0 = 0; h0 < H; h0 += GAT_GH) {
     const int nh = (int)min((i64)GAT_GH, H - h0);
@@ -197,11 +208,11 @@ __device__ __forceinline__ void gat_row_backward(
         for (int k = 0; k < GAT_GH; ++k) {
           if (k >= nh) continue;
           const T pre = as[k] + ad[k];
-          const T a = exp(gat_leaky(pre, slope) - m[k]) / sm[k];
+          const T a = exp(gat_leaky(pre, prm.slope) - m[k]) / sm[k];
           T g = da[k];
-          if (DROPOUT) g = gat_keep(seed, e, H, h0 + k, p) ? g * scale : T(0);
+          if (DROPOUT) g = prm.keep(e, H, h0 + k) ? g * prm.scale : T(0);
           if (pass == 0) dot[k] += a * g;
-          else dd[k] += a * (g - dot[k]) * (pre > T(0) ? T(1) : slope);
+          else dd[k] += a * (g - dot[k]) * (pre > T(0) ? T(1) : prm.slope);
         }
       }
 #pragma unroll
@@ -229,12 +240,10 @@ __global__ void __launch_bounds__(256) gat_softmax_bwd_rows(
     const T* __restrict__ a_dst, const T* __restrict__ row_max, const T* __restrict__ row_sum,
     T* __restrict__ d_dst, T* __restrict__ rowdot, i64 num_rows, i64 H, double slope_d, double p, i64 seed_i) {
   __shared__ T s_red[GAT_WARPS];
-  const T slope = (T)slope_d;
-  const T scale = DROPOUT ? (T)(1.0 / (1.0 - p)) : T(1);
-  const unsigned long long seed = (unsigned long long)seed_i;
+  const GatParams<T, DROPOUT> prm(slope_d, p, seed_i);
 #define GAT_BWD_ROW(t, me, nthreads, BLOCK)                                                                  \
   gat_row_backward<T, DROPOUT, BLOCK>(t, me, nthreads, s_red, rowptr, col32, perm, rpos, dalpha, a_src, a_dst, \
-                                      row_max, row_sum, d_dst, rowdot, H, slope, p, scale, seed)
+                                      row_max, row_sum, d_dst, rowdot, H, prm)
   GAT_FOR_ROWS(num_rows, rowptr, GAT_BWD_ROW)
 #undef GAT_BWD_ROW
 }
@@ -244,8 +253,8 @@ __device__ __forceinline__ void gat_col_backward(
     i64 s, int me, int nthreads, T* s_red, const i64* __restrict__ colptr, const int* __restrict__ row32,
     const i64* __restrict__ csc_perm, const i64* __restrict__ cpos, const T* __restrict__ dalpha,
     const T* __restrict__ a_src, const T* __restrict__ a_dst, const T* __restrict__ row_max,
-    const T* __restrict__ row_sum, const T* __restrict__ rowdot, T* __restrict__ d_src, i64 H, T slope, double p,
-    T scale, unsigned long long seed) {
+    const T* __restrict__ row_sum, const T* __restrict__ rowdot, T* __restrict__ d_src, i64 H,
+    GatParams<T, DROPOUT> prm) {
   const i64 lo = colptr[s], hi = colptr[s + 1];
   for (i64 h0 = 0; h0 < H; h0 += GAT_GH) {
     const int nh = (int)min((i64)GAT_GH, H - h0);
@@ -264,10 +273,10 @@ __device__ __forceinline__ void gat_col_backward(
         if (k >= nh) continue;
         const i64 th = t * H + h0 + k;
         const T pre = as[k] + a_dst[th];
-        const T a = exp(gat_leaky(pre, slope) - row_max[th]) / row_sum[th];
+        const T a = exp(gat_leaky(pre, prm.slope) - row_max[th]) / row_sum[th];
         T g = da[k];
-        if (DROPOUT) g = gat_keep(seed, e, H, h0 + k, p) ? g * scale : T(0);
-        acc[k] += a * (g - rowdot[th]) * (pre > T(0) ? T(1) : slope);
+        if (DROPOUT) g = prm.keep(e, H, h0 + k) ? g * prm.scale : T(0);
+        acc[k] += a * (g - rowdot[th]) * (pre > T(0) ? T(1) : prm.slope);
       }
     }
 #pragma unroll
@@ -290,12 +299,10 @@ __global__ void __launch_bounds__(256) gat_softmax_bwd_cols(
     const T* __restrict__ rowdot, T* __restrict__ d_src, i64 num_cols, i64 H, double slope_d, double p,
     i64 seed_i) {
   __shared__ T s_red[GAT_WARPS];
-  const T slope = (T)slope_d;
-  const T scale = DROPOUT ? (T)(1.0 / (1.0 - p)) : T(1);
-  const unsigned long long seed = (unsigned long long)seed_i;
+  const GatParams<T, DROPOUT> prm(slope_d, p, seed_i);
 #define GAT_COL(s, me, nthreads, BLOCK)                                                                      \
   gat_col_backward<T, DROPOUT, BLOCK>(s, me, nthreads, s_red, colptr, row32, csc_perm, cpos, dalpha, a_src,  \
-                                      a_dst, row_max, row_sum, rowdot, d_src, H, slope, p, scale, seed)
+                                      a_dst, row_max, row_sum, rowdot, d_src, H, prm)
   GAT_FOR_ROWS(num_cols, colptr, GAT_COL)
 #undef GAT_COL
 }

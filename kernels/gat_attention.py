@@ -45,6 +45,12 @@ def _check_entries(op: str, tensors: dict[str, tuple[Tensor, torch.dtype]], nnz:
         rt.check_tensor(op, name, t, dtypes=(dtype,), ndim=1, shape=(nnz,), shape_text=f"(E={nnz},)")
 
 
+def _check_stats(op: str, row_max: Tensor, row_sum: Tensor, a_src: Tensor, a_dst: Tensor) -> None:
+    for name, t in (("row_max", row_max), ("row_sum", row_sum)):
+        rt.check_tensor(op, name, t, dtypes=(a_src.dtype,), ndim=2, shape=tuple(a_dst.shape),
+                        shape_text=f"(N_dst, H) = {tuple(a_dst.shape)}")
+
+
 def _grid(rows: int) -> tuple[int]:
     return (min(-(-rows // WARPS_PER_BLOCK), MAX_GRID),)
 
@@ -150,17 +156,15 @@ def alpha_entries(
     heads = _check_nodes(op, a_src, a_dst)
     n = src.numel()
     _check_entries(op, dict(src=(src, torch.int64), dst32=(dst32, torch.int32), eid=(eid, torch.int64)), n)
-    for name, t in (("row_max", row_max), ("row_sum", row_sum)):
-        rt.check_tensor(op, name, t, dtypes=(a_src.dtype,), ndim=2, shape=tuple(a_dst.shape),
-                        shape_text=f"(N_dst, H) = {tuple(a_dst.shape)}")
+    _check_stats(op, row_max, row_sum, a_src, a_dst)
     device = rt.check_devices(op, dict(src=src, dst32=dst32, eid=eid, a_src=a_src, a_dst=a_dst, row_max=row_max,
                                        row_sum=row_sum))
     out = torch.empty(n, heads, dtype=a_src.dtype, device=device)
-    name = f"gat_alpha_entries<{rt.ctype(a_src.dtype)}, {rt.cbool(dropout > 0)}>"
-    rt.launch(FILE, name, device, (-(-(n * heads) // rt.BLOCK),), (rt.BLOCK,), (
+    family = _family(a_src.dtype, dropout > 0)
+    rt.launch(FILE, family[1], device, (-(-(n * heads) // rt.BLOCK),), (rt.BLOCK,), (
         rt.ptr(src), rt.ptr(dst32), rt.ptr(eid), rt.ptr(a_src), rt.ptr(a_dst), rt.ptr(row_max), rt.ptr(row_sum),
         rt.ptr(out), rt.i64(n), rt.i64(heads), *_scalars(negative_slope, dropout, seed),
-    ), family=_family(a_src.dtype, dropout > 0))
+    ), family=family)
     return out
 
 
@@ -210,30 +214,27 @@ def softmax_backward(
     _check_entries(op, entries, nnz)
     rt.check_tensor(op, "dalpha", dalpha, dtypes=(a_src.dtype,), ndim=2, shape=(nnz, heads),
                     shape_text=f"(E={nnz}, H={heads})")
-    for name, t in (("row_max", row_max), ("row_sum", row_sum)):
-        rt.check_tensor(op, name, t, dtypes=(a_src.dtype,), ndim=2, shape=tuple(a_dst.shape),
-                        shape_text=f"(N_dst, H) = {tuple(a_dst.shape)}")
+    _check_stats(op, row_max, row_sum, a_src, a_dst)
     device = rt.check_devices(op, dict(rowptr=rowptr, col32=col32, perm=perm, colptr=colptr, row32=row32,
                                        csc_perm=csc_perm, dalpha=dalpha, rpos=rpos, cpos=cpos, a_src=a_src,
                                        a_dst=a_dst, row_max=row_max, row_sum=row_sum))
     dtype = a_src.dtype
     d_dst = torch.empty(num_dst, heads, dtype=dtype, device=device) if need_dst else None
     rowdot = torch.empty(num_dst, heads, dtype=dtype, device=device)
-    t = rt.ctype(dtype)
-    drop = rt.cbool(dropout > 0)
+    family = _family(dtype, dropout > 0)
     scalars = _scalars(negative_slope, dropout, seed)
-    rt.launch(FILE, f"gat_softmax_bwd_rows<{t}, {drop}>", device, _grid(num_dst), (32 * WARPS_PER_BLOCK,), (
+    rt.launch(FILE, family[2], device, _grid(num_dst), (32 * WARPS_PER_BLOCK,), (
         rt.ptr(rowptr), rt.ptr(col32), rt.ptr(perm), rt.ptr(rpos), rt.ptr(dalpha), rt.ptr(a_src), rt.ptr(a_dst),
         rt.ptr(row_max), rt.ptr(row_sum), rt.ptr(d_dst), rt.ptr(rowdot), rt.i64(num_dst), rt.i64(heads), *scalars,
-    ), family=_family(dtype, dropout > 0))
+    ), family=family)
     d_src = None
     if need_src:
         d_src = torch.empty(num_src, heads, dtype=dtype, device=device)
-        rt.launch(FILE, f"gat_softmax_bwd_cols<{t}, {drop}>", device, _grid(num_src), (32 * WARPS_PER_BLOCK,), (
+        rt.launch(FILE, family[3], device, _grid(num_src), (32 * WARPS_PER_BLOCK,), (
             rt.ptr(colptr), rt.ptr(row32), rt.ptr(csc_perm), rt.ptr(cpos), rt.ptr(dalpha), rt.ptr(a_src),
             rt.ptr(a_dst), rt.ptr(row_max), rt.ptr(row_sum), rt.ptr(rowdot), rt.ptr(d_src), rt.i64(num_src),
             rt.i64(heads), *scalars,
-        ), family=_family(dtype, dropout > 0))
+        ), family=family)
     return d_src, d_dst
 
 

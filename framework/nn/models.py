@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from graphfuse.graph import Graph
 from graphfuse.nn.gat_conv import GATConv
 from graphfuse.nn.gcn_conv import GCNConv
 from graphfuse.nn.inits import glorot_
@@ -86,18 +87,23 @@ class GNN(nn.Module):
         for module in [*self.convs, *(self.norms or [])]:
             module.reset_parameters()
 
+    def _layer(self, i: int, x: Tensor, graph: Graph, *, hidden: bool) -> Tensor:
+        """Layer ``i``: ``dropout → conv``, then ``[norm →] activation`` where ``hidden``."""
+        x = F.dropout(x, p=self.dropout, training=self.training)
+        x = self.convs[i](x, graph)
+        if hidden:
+            if self.norms is not None:
+                x = self.norms[i](x)
+            x = self.act(x)
+        return x
+
     def forward(self, x: Tensor, graph: GraphLike) -> Tensor:
         name = type(self).__name__
         check_features(name, x, self.in_channels)
         graph = as_graph(name, x, graph)
         last = len(self.convs) - 1
-        for i, conv in enumerate(self.convs):
-            x = F.dropout(x, p=self.dropout, training=self.training)
-            x = conv(x, graph)
-            if i < last:
-                if self.norms is not None:
-                    x = self.norms[i](x)
-                x = self.act(x)
+        for i in range(len(self.convs)):
+            x = self._layer(i, x, graph, hidden=i < last)
         return x
 
 
@@ -239,12 +245,8 @@ class GraphSAINT(GNN):
         check_features(name, x, self.in_channels)
         graph = as_graph(name, x, graph)
         outs = []
-        for i, conv in enumerate(self.convs):
-            x = F.dropout(x, p=self.dropout, training=self.training)
-            x = conv(x, graph)
-            if self.norms is not None:
-                x = self.norms[i](x)
-            x = self.act(x)
+        for i in range(len(self.convs)):
+            x = self._layer(i, x, graph, hidden=True)
             outs.append(x)
         x = torch.cat(outs, dim=-1) if self.jk else x
         if self.normalize:

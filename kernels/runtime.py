@@ -182,6 +182,15 @@ def launch(
                                  params, 0)
 
 
+@functools.cache
+def full_wave(filename: str, name: str, device_index: int, block: int) -> int:
+    """Blocks of ``name`` the whole GPU runs at once: SM count × the kernel's occupancy (active blocks per
+    SM at ``block`` threads, from its compiled register and shared-memory use)."""
+    fn = get_function(filename, name, device_index)
+    per_sm = _cupy().cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.ptr, block, 0)
+    return torch.cuda.get_device_properties(device_index).multi_processor_count * max(1, per_sm)
+
+
 def ctype(dtype: torch.dtype) -> str:
     """C++ type of a supported feature dtype."""
     return {torch.float32: "float", torch.float64: "double"}[dtype]

@@ -12,8 +12,8 @@ Layering: kernels/ launchers → the ``torch.autograd.Function``s here → the p
 
 Backends (all CUDA-only, float32/float64):
 
-- ``gespmm``: GE-SpMM forward, GE-SpMM on CSC for the feature gradient, GAR's SDDMM pass for the edge-weight
-  gradient. Deterministic.
+- ``gespmm``: GE-SpMM forward, GE-SpMM on CSC for the feature gradient, HP-SDDMM for the edge-weight
+  gradient (GAR's masked SDDMM pass for max/min). Deterministic.
 - ``gar``: fuseGNN's fused GAR: block per target row forward, one fused pass per source row for the feature
   and edge-weight gradients. Deterministic.
 - ``gas``: fuseGNN's fused GAS: edge-parallel atomics over the unsorted COO list (needs no CSR/CSC), sum and
@@ -22,6 +22,11 @@ Backends (all CUDA-only, float32/float64):
 ``"auto"`` on CUDA (see :func:`choose`): ``gar`` when the edge weights need a gradient (the GAT case) and
 the graph is dense (average in-degree >= 32, where its fused backward pays); ``gas`` for sum/mean on very
 sparse graphs (average in-degree < 2) when no deterministic result is asked for; ``gespmm`` otherwise.
+Every backend's ``sddmm`` op is HP-SDDMM (kernels/sddmm.cu).
+
+GE-SpMM calls go through :class:`~graphfuse.kernels.spmm.GespmmPlan`s cached on the graph (:func:`gespmm_plan`),
+and a call whose operands need no gradient skips autograd's bookkeeping (:func:`run`): on small graphs the
+host-side cost per call, not the kernel, is what a layer pays.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from graphfuse.graph import Graph
 from graphfuse.kernels import gar as gar_kernels
 from graphfuse.kernels import gas as gas_kernels
 from graphfuse.kernels import runtime
+from graphfuse.kernels import sddmm as sddmm_kernels
 from graphfuse.kernels import spmm as spmm_kernels
 
 SUPPORTED_DTYPES = (torch.float32, torch.float64)
@@ -153,7 +159,9 @@ class GespmmAggregate(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             plan = gespmm_plan(graph, "csc", g, heads=heads, weighted=w is not None, argmask=arg is not None)
             dx, _ = plan(g, _permuted(graph, w, "csc"), **mask)
-        if w is not None and ctx.needs_input_grad[2]:
+        if w is not None and ctx.needs_input_grad[2] and arg is None:
+            dw = sddmm_kernels.hp_sddmm(graph.csr.row, _index32(graph, "csr"), graph.csr.perm, g, x, heads=heads)
+        elif w is not None and ctx.needs_input_grad[2]:  # max/min: only the chosen entries get a gradient
             _, dw = gar_kernels.gar_backward(csc.colptr, _index32(graph, "csc"), g, x, None, heads=heads,
                                              edge_perm=csc.perm, need_dx=False, need_dw=True, **mask)
         return None, dx, dw, None, None
@@ -231,13 +239,12 @@ def _scaled_grad(graph: Graph, grad_out: Tensor, reduce: str) -> Tensor:
 
 
 class Sddmm(torch.autograd.Function):
-    """``out[e] = <a[dst_e], b[src_e]>`` per head (GAR's backward pass without the feature gradient)."""
+    """``out[e] = <a[dst_e], b[src_e]>`` per head (HP-SDDMM over the hybrid CSR/COO form)."""
 
     @staticmethod
     def forward(ctx: Any, graph: Graph, a: Tensor, b: Tensor, heads: int) -> Tensor:
-        csc = graph.csc
-        _, out = gar_kernels.gar_backward(csc.colptr, _index32(graph, "csc"), a, b, None, heads=heads,
-                                          edge_perm=csc.perm, need_dx=False, need_dw=True)
+        csr = graph.csr
+        out = sddmm_kernels.hp_sddmm(csr.row, _index32(graph, "csr"), csr.perm, a, b, heads=heads)
         ctx.graph, ctx.heads = graph, heads
         ctx.save_for_backward(a, b)
         return out
@@ -308,7 +315,7 @@ def gas_aggregate(graph: Graph, x: Tensor, edge_weight: Tensor | None = None, re
 
 
 def sddmm(graph: Graph, a: Tensor, b: Tensor, edge_weight: Tensor | None = None) -> Tensor:
-    """Engine ``sddmm`` through the GAR SDDMM kernel (see :func:`graphfuse.sddmm`). Deterministic."""
+    """Engine ``sddmm`` through HP-SDDMM (see :func:`graphfuse.sddmm`). Deterministic."""
     _check_dtype("sddmm", a)
     heads = a.size(1) if a.dim() == 3 else 1
     a2 = a.reshape(a.size(0), -1).contiguous()

@@ -173,3 +173,30 @@ def test_launch_packs_every_argument_into_an_8_byte_slot():
     assert struct.unpack("qqqdq", bytes(runtime._args.values)[:40]) == (3, -2, 2**62, 0.5, 7)
     with pytest.raises(ValueError, match="at most 32 kernel arguments"):
         runtime._pack([0] * 33)
+
+
+def test_hp_sddmm_validation():
+    from graphfuse.kernels import sddmm
+
+    row, col, perm = torch.tensor([0, 0, 1]), torch.tensor([1, 2, 0], dtype=torch.int32), torch.arange(3)
+    a, b = torch.zeros(2, 4), torch.zeros(3, 4)
+    with pytest.raises(TypeError, match="hp_sddmm: b must have dtype torch.float32"):
+        sddmm.hp_sddmm(row, col, perm, a, b.double())
+    with pytest.raises(ValueError, match=r"hp_sddmm: b must have shape \(num_src, K=4\)"):
+        sddmm.hp_sddmm(row, col, perm, a, torch.zeros(3, 5))
+    with pytest.raises(ValueError, match="K=4 must be divisible by heads=3"):
+        sddmm.hp_sddmm(row, col, perm, a, b, heads=3)
+    with pytest.raises(TypeError, match="hp_sddmm: col must have dtype torch.int32"):
+        sddmm.hp_sddmm(row, col.long(), perm, a, b)
+    with pytest.raises(ValueError, match=r"hp_sddmm: scale must have shape \(E=3,\)"):
+        sddmm.hp_sddmm(row, col, perm, a, b, scale=torch.ones(4))
+    with pytest.raises(ValueError, match="hp_sddmm: a must be a CUDA tensor"):
+        sddmm.hp_sddmm(row, col, perm, a, b)
+
+
+@pytest.mark.parametrize("c, expected", [(1, (1, 1, 1)), (7, (1, 1, 8)), (64, (4, 1, 16)), (602, (2, 8, 32)),
+                                         (1500, (4, 8, 32))])
+def test_hp_sddmm_config(c, expected):
+    from graphfuse.kernels import sddmm
+
+    assert sddmm.config(c, torch.float32, []) == expected

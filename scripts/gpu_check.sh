@@ -4,7 +4,7 @@
 # go to $OUT; a short table is printed last.
 #
 #   scripts/gpu_check.sh [full|quick]     (run from the repository root; carry .whl and .benchdata)
-#   STEPS="tests memcheck spmm samplers graph" scripts/gpu_check.sh quick    (a subset; default: all five)
+#   STEPS="tests memcheck spmm sddmm samplers graph" scripts/gpu_check.sh quick    (a subset; default: all)
 #
 # One-time setup on the development machine (both folders are git-ignored through .git/info/exclude):
 #   echo /.whl/ >> .git/info/exclude && mkdir -p .whl && cp ../shared/wheels/py312/*.whl .whl/
@@ -33,9 +33,9 @@ python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >"$OUT/
   python3 -c "import torch, cupy; print('torch', torch.__version__, 'cupy', cupy.__version__, torch.cuda.get_device_name())"
 } 2>&1 | tee "$OUT/device.txt"
 
-STEPS=" ${STEPS:-tests memcheck spmm samplers graph} "
+STEPS=" ${STEPS:-tests memcheck spmm sddmm samplers graph} "
 step() { [[ "$STEPS" == *" $1 "* ]]; }
-TEST_RC=skipped MEMCHECK_RC=skipped BENCH_RC=skipped SAMPLERS_RC=skipped GRAPH_RC=skipped
+TEST_RC=skipped MEMCHECK_RC=skipped BENCH_RC=skipped SDDMM_RC=skipped SAMPLERS_RC=skipped GRAPH_RC=skipped
 MAXFAIL=$([ "$MODE" = quick ] && echo 10 || echo 50)
 TEST_TIMEOUT=${TEST_TIMEOUT:-$([ "$MODE" = quick ] && echo 300 || echo 420)}
 if step tests; then
@@ -47,7 +47,7 @@ fi
 SUBSET=${MEMCHECK_SUBSET:-'matches_reference and (unsorted or bipartite or no_edges or single_node or big_hub) and (41 or 602 or 7)'}
 if step memcheck; then
 timeout "${MEMCHECK_TIMEOUT:-240}" compute-sanitizer --tool memcheck --error-exitcode 97 --print-limit 20 \
-  python3 -m pytest -m gpu tests/kernels/test_kernels_gpu.py -q -p no:cacheprovider -x -k "$SUBSET or (multihead and unsorted and gespmm) or (multihead and bipartite and gar) or (sddmm_and and unsorted)" \
+  python3 -m pytest -m gpu tests/kernels/test_kernels_gpu.py -q -p no:cacheprovider -x -k "$SUBSET or (multihead and unsorted and gespmm) or (multihead and bipartite and gar) or (sddmm_and and unsorted) or (hp_sddmm and (unsorted or big_hub or no_edges) and (7 or 1500))" \
   >"$OUT/memcheck.log" 2>&1
 MEMCHECK_RC=$?
 tail -n 8 "$OUT/memcheck.log"
@@ -59,6 +59,13 @@ if step spmm; then
   timeout "${BENCH_TIMEOUT:-420}" python3 scripts/bench_spmm.py "${BENCH_ARGS[@]}" >"$OUT/bench.log" 2>&1
   BENCH_RC=$?
   tail -n 4 "$OUT/bench.log"
+fi
+if step sddmm; then
+  SDDMM_ARGS=(--data .benchdata --out "$OUT/sddmm.json" --md "$OUT/sddmm.md")
+  [ "$MODE" = quick ] && SDDMM_ARGS+=(--quick)
+  timeout "${SDDMM_TIMEOUT:-200}" python3 scripts/bench_sddmm.py "${SDDMM_ARGS[@]}" >"$OUT/sddmm.log" 2>&1
+  SDDMM_RC=$?
+  tail -n 4 "$OUT/sddmm.log"
 fi
 if step samplers; then  # needs .gfdata (Facebook raw files) carried; see scripts/bench_samplers.py
   SAMPLER_ARGS=(--devices cuda --out "$OUT/samplers.json" --md "$OUT/samplers.md")
@@ -80,8 +87,9 @@ fi
 echo "== gpu_check ($MODE) on $(head -2 "$OUT/device.txt" | tail -1)"
 echo "pytest -m gpu rc=$TEST_RC: $(tail -n 1 "$OUT/gpu_tests.log" 2>/dev/null)"
 echo "memcheck rc=$MEMCHECK_RC: $(grep -E 'ERROR SUMMARY|passed|failed' "$OUT/memcheck.log" 2>/dev/null | tail -n 2 | tr '\n' ' ')"
-echo "bench rc=$BENCH_RC samplers rc=$SAMPLERS_RC graph rc=$GRAPH_RC"
+echo "bench rc=$BENCH_RC sddmm rc=$SDDMM_RC samplers rc=$SAMPLERS_RC graph rc=$GRAPH_RC"
 [ -f "$OUT/spmm.md" ] && sed -n '/## Summary/,$p' "$OUT/spmm.md"
+[ -f "$OUT/sddmm.md" ] && sed -n "/## Summary/,\$p" "$OUT/sddmm.md"
 [ -f "$OUT/samplers.md" ] && grep -E '^\| (rmat|facebook)' "$OUT/samplers.md"
 [ -f "$OUT/graph_processing.md" ] && sed -n '/## Acceptance/,$p' "$OUT/graph_processing.md"
 } 2>&1 | tee "$OUT/summary.txt"

@@ -8,6 +8,7 @@ The public library surface::
 """
 
 from graphfuse.engine import (
+    EdgeSampling,
     aggregate,
     edge_softmax,
     registered_backends,
@@ -20,6 +21,6 @@ from graphfuse.graph import Graph, gcn_norm, mean_norm
 __version__ = "0.1.0"
 
 __all__ = [
-    "Graph", "aggregate", "edge_softmax", "gcn_norm", "mean_norm", "registered_backends", "sddmm",
+    "EdgeSampling", "Graph", "aggregate", "edge_softmax", "gcn_norm", "mean_norm", "registered_backends", "sddmm",
     "set_default_backend", "use_backend",
 ]

@@ -1,4 +1,6 @@
-"""Launcher of the neighbour-sampling kernel (sampling.cu): Floyd's k-subset draw, one thread per row.
+"""Launcher of the sampling kernel (sampling.cu): Floyd's k-subset draw, one thread per row, and its
+plain-PyTorch twin. Used by the neighbour sampler (uniforms from a torch.Generator) and by the engine's
+edge-sampled aggregation (uniforms from a hash of seed, row and slot).
 
 Shapes:
     degree: (R,) int64; draws: (R, k) float64 uniform in [0, 1) → picks: (R, k) int64, each row sorted and
@@ -29,6 +31,28 @@ def floyd_picks(degree: Tensor, draws: Tensor) -> Tensor:
         rt.launch(FILE, op, device, (-(-rows // rt.BLOCK),), (rt.BLOCK,),
                   (rt.ptr(degree), rt.ptr(draws), rt.ptr(picks), rt.i64(rows), rt.i64(k)))
     return picks
+
+
+def floyd_picks_reference(degree: Tensor, draws: Tensor) -> Tensor:
+    """The PyTorch twin of :func:`floyd_picks` (any device): step ``t`` keeps ``c_t = min(⌊u_t (b_t + 1)⌋, b_t)``
+    with ``b_t = max(deg, k) − k + t`` unless an earlier step kept it, else ``b_t`` — a uniformly random
+    k-subset; rows are then sorted. The draws do not depend on earlier steps, so only the collision test runs
+    step by step: O(rows · k²) work in k small launches."""
+    k = draws.size(1)
+    bounds = torch.clamp(degree, min=k).unsqueeze(1) - k + torch.arange(k, device=degree.device)
+    picks = torch.minimum((draws * (bounds + 1)).long(), bounds)
+    for t in range(1, k):
+        taken = (picks[:, :t] == picks[:, t:t + 1]).any(1)
+        picks[:, t] = torch.where(taken, bounds[:, t], picks[:, t])
+    return picks.sort(dim=1).values
+
+
+def floyd(degree: Tensor, draws: Tensor) -> Tensor:
+    """:func:`floyd_picks` on CUDA tensors when CuPy is present (one launch), else its twin: the same picks
+    from the same draws either way."""
+    if degree.is_cuda and rt.is_available():
+        return floyd_picks(degree, draws)
+    return floyd_picks_reference(degree, draws)
 
 
 def instances() -> list[str]:

@@ -30,7 +30,6 @@ import torch
 from torch import Tensor
 
 from graphfuse.graph import Graph
-from graphfuse.kernels import runtime
 from graphfuse.kernels import sampling as sampling_kernels
 from graphfuse.samplers.saint import check_generator
 from graphfuse.samplers.subgraph import _check_square, expand_ranges, induced_edges
@@ -47,26 +46,15 @@ class SampledEdges(NamedTuple):
 
 
 def _floyd_picks(degree: Tensor, k: int, generator: torch.Generator | None) -> Tensor:
-    """k distinct offsets in ``[0, max(deg, k))`` per row (Floyd's algorithm), sorted ascending.
-
-    Step ``t`` draws ``c_t`` uniform in ``[0, b_t]`` with ``b_t = max(deg, k) − k + t`` and keeps it unless an
-    earlier step kept it, else keeps ``b_t``: a uniformly random k-subset. The draws do not depend on earlier
-    steps, so they are made at once; only the collision test runs step by step. A row with deg ≤ k gets
-    ``0..k-1``; the caller masks offsets ≥ deg. Work O(rows · k²). On CUDA the steps run in one kernel
-    (graphfuse.kernels.sampling) that gives the same picks from the same draws.
+    """k distinct offsets in ``[0, max(deg, k))`` per row (Floyd's algorithm, graphfuse.kernels.sampling),
+    sorted ascending, from uniforms drawn with ``generator``. A row with deg ≤ k gets ``0..k-1``; the caller
+    masks offsets ≥ deg.
 
     Shapes:
         degree: (R,) → (R, k) int64.
     """
     draws = torch.rand(degree.numel(), k, dtype=torch.float64, device=degree.device, generator=generator)
-    if degree.is_cuda and runtime.is_available():
-        return sampling_kernels.floyd_picks(degree, draws)  # the same picks in one launch instead of ~4k
-    bounds = torch.clamp(degree, min=k).unsqueeze(1) - k + torch.arange(k, device=degree.device)
-    picks = torch.minimum((draws * (bounds + 1)).long(), bounds)
-    for t in range(1, k):
-        taken = (picks[:, :t] == picks[:, t:t + 1]).any(1)
-        picks[:, t] = torch.where(taken, bounds[:, t], picks[:, t])
-    return picks.sort(dim=1).values
+    return sampling_kernels.floyd(degree, draws)
 
 
 def sample_neighbors(

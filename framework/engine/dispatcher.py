@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import torch
 
-OPS = ("aggregate", "sddmm", "edge_softmax")
+OPS = ("aggregate", "sddmm", "edge_softmax", "sampled_aggregate")
 
 
 @dataclass(frozen=True)

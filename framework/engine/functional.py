@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from graphfuse.engine import dispatcher
+from graphfuse.engine.edge_sampling import EdgeSampling
 from graphfuse.graph import Graph
 
 REDUCES = ("sum", "mean", "max", "min")
@@ -54,6 +56,7 @@ def aggregate(
     *,
     backend: str | None = None,
     deterministic: bool | None = None,
+    sampling: EdgeSampling | None = None,
 ) -> Tensor:
     """Aggregate source features into targets: ``out[i] = reduce_{e=(j→i)} w_e · x[j]``.
 
@@ -65,6 +68,8 @@ def aggregate(
         reduce: ``"sum"``, ``"mean"`` (weighted sum divided by in-degree), ``"max"`` or ``"min"``.
         backend: a registered backend name, ``"auto"``, or None for the default.
         deterministic: require an atomic-free backend.
+        sampling: edge-sampled inference (:class:`~graphfuse.engine.edge_sampling.EdgeSampling`, ES-SpMM):
+            at most ``sampling.width`` in-edges per target, scaled; refused when a gradient is needed.
 
     Returns:
         Aggregated features. Targets with no in-edges get 0 for every reduce.
@@ -82,9 +87,23 @@ def aggregate(
         _check_edges("aggregate", "edge_weight", edge_weight, graph, x.size(1) if x.dim() == 3 else None)
         if edge_weight.dtype != x.dtype:
             edge_weight = edge_weight.to(x.dtype)
+    if sampling is not None:
+        return _sampled(graph, x, edge_weight, reduce, backend, deterministic, sampling)
     impl = dispatcher.resolve("aggregate", x.device, backend, deterministic,
                               graph=graph, x=x, edge_weight=edge_weight, reduce=reduce)
     return impl(graph, x, edge_weight, reduce)
+
+
+def _sampled(graph: Graph, x: Tensor, edge_weight: Tensor | None, reduce: str, backend: str | None,
+             deterministic: bool | None, sampling: Any) -> Tensor:
+    if not isinstance(sampling, EdgeSampling):
+        raise TypeError(f"aggregate: sampling must be a graphfuse.EdgeSampling or None; got {type(sampling).__name__}")
+    if torch.is_grad_enabled() and (x.requires_grad or (edge_weight is not None and edge_weight.requires_grad)):
+        raise ValueError("aggregate: sampling= is for inference (its edges are fixed per seed, its gradient would be "
+                         "biased); run it under torch.no_grad() or torch.inference_mode(), or drop sampling=")
+    impl = dispatcher.resolve("sampled_aggregate", x.device, backend, deterministic,
+                              graph=graph, x=x, edge_weight=edge_weight, reduce=reduce)
+    return impl(graph, x, edge_weight, reduce, sampling)
 
 
 def sddmm(

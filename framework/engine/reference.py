@@ -1,6 +1,6 @@
 """Plain-PyTorch twins of every engine op: the CPU path and the oracle for every kernel.
 
-All three ops work on a :class:`~graphfuse.graph.Graph` whose edges point from source (row 0) to target
+All ops work on a :class:`~graphfuse.graph.Graph` whose edges point from source (row 0) to target
 (row 1). They materialise one message per edge (E × F memory), which is what the kernels avoid.
 
 Shapes:
@@ -13,6 +13,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from graphfuse.engine.dispatcher import Backend, register_backend
+from graphfuse.engine.edge_sampling import sampled_aggregate
 from graphfuse.graph import Graph
 
 
@@ -65,7 +66,8 @@ def edge_softmax(graph: Graph, scores: Tensor) -> Tensor:
 register_backend(
     Backend(
         name="reference",
-        ops={"aggregate": aggregate, "sddmm": sddmm, "edge_softmax": edge_softmax},
+        ops={"aggregate": aggregate, "sddmm": sddmm, "edge_softmax": edge_softmax,
+             "sampled_aggregate": sampled_aggregate},
         devices=frozenset({"cpu", "cuda"}),
         deterministic_on=frozenset({"cpu"}),
         priority=-100,

@@ -241,15 +241,14 @@ def test_argument_checks():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("k", [1, 2, 15, 40])
-def test_floyd_kernel_equals_the_pytorch_loop(k, monkeypatch):
-    from graphfuse.samplers import neighbor
+def test_floyd_kernel_equals_the_pytorch_loop(k):
+    from graphfuse.kernels import sampling
 
     special = torch.tensor([0, 1, max(k - 1, 0), k, k + 1, 2 * k, 100_000])
     degree = torch.cat([special, torch.randint(0, 3 * k + 2, (5000,))]).cuda()
-    kernel = neighbor._floyd_picks(degree, k, torch.Generator("cuda").manual_seed(k))
-    monkeypatch.setattr(neighbor.runtime, "is_available", lambda: False)
-    loop = neighbor._floyd_picks(degree, k, torch.Generator("cuda").manual_seed(k))
-    assert torch.equal(kernel, loop)
+    draws = torch.rand(degree.numel(), k, dtype=torch.float64, device="cuda")
+    kernel = sampling.floyd_picks(degree, draws)
+    assert torch.equal(kernel, sampling.floyd_picks_reference(degree, draws))
     bound = degree.clamp(min=k).unsqueeze(1)
     assert bool((kernel >= 0).all()) and bool((kernel < bound).all())
     assert bool((kernel[:, 1:] > kernel[:, :-1]).all())  # sorted and distinct

@@ -1,0 +1,136 @@
+"""Cache-first edge sampling for inference (ES-SpMM, Lin et al.; paper 002): aggregate over at most ``width``
+in-edges per target.
+
+A target with in-degree ``d ≤ width`` is aggregated exactly. A target with ``d > width`` keeps ``width`` of its
+in-edges (CSR order is the edge order within a row), chosen by one of three strategies:
+
+- ``"bucket"``: the first ``width`` entries (the paper's Bucket; depends on the edge order);
+- ``"fastrand"``: entry ``(s · P) mod d`` for slot s (the paper's FastRand with P = 577), where P is the first
+  of 577, 1009, 1597 that does not divide d — with P = 577 alone a row of 1,154 in-edges would visit only two
+  distinct entries;
+- ``"random"``: a uniformly random ``width``-subset without replacement (Floyd's algorithm) whose uniforms are a
+  hash of (seed, target, slot): the same subset on every device and every call with the same seed.
+
+Scaling: a sampled sum is multiplied by ``d / width`` (unbiased for ``"random"``; a ratio estimate for the
+other two), mean divides that by d (so it is the sample mean), max/min take the extremum of the kept entries.
+Targets without in-edges get 0. Inference only: the public op refuses tensors that need a gradient.
+
+Shapes: as :func:`graphfuse.aggregate`; the kept entries are CSR positions (M,) with their targets (M,).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from graphfuse.graph import Graph
+from graphfuse.kernels import sampling as sampling_kernels
+
+STRATEGIES = ("bucket", "fastrand", "random")
+FASTRAND_PRIMES = (577, 1009, 1597)
+MAX_WIDTH = 512  # the shared-memory width bound of the ES-SpMM kernel
+
+
+@dataclass(frozen=True)
+class EdgeSampling:
+    """Settings of edge-sampled inference: ``graphfuse.aggregate(..., sampling=EdgeSampling(64, "random"))``.
+
+    Args:
+        width: S, the most in-edges kept per target (1 … 512).
+        strategy: ``"bucket"``, ``"fastrand"`` or ``"random"`` (see the module docstring).
+        seed: seeds ``"random"``'s hash.
+    """
+
+    width: int = 64
+    strategy: str = "random"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.width, bool) or not isinstance(self.width, int) or not 1 <= self.width <= MAX_WIDTH:
+            raise ValueError(f"EdgeSampling: width must be an int in [1, {MAX_WIDTH}]; got {self.width!r}")
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"EdgeSampling: strategy must be one of {list(STRATEGIES)}; got {self.strategy!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
+            raise ValueError(f"EdgeSampling: seed must be an int in [0, 2**63); got {self.seed!r}")
+
+
+def _signed(c: int) -> int:
+    """A 64-bit constant as the int64 with the same bits (torch multiplies int64 modulo 2^64)."""
+    return c - (1 << 64) if c >= 1 << 63 else c
+
+
+_MIX1, _MIX2 = _signed(0xBF58476D1CE4E5B9), _signed(0x94D049BB133111EB)
+
+
+def _shr(z: Tensor, s: int) -> Tensor:
+    """Logical right shift of int64 bits."""
+    return (z >> s) & ((1 << (64 - s)) - 1)
+
+
+def hash_uniforms(seed: int, rows: Tensor, width: int) -> Tensor:
+    """Uniforms in [0, 1) from splitmix64 of (seed, row, slot): 53 bits each, the same on every device.
+
+    Shapes:
+        rows: (R,) int64 → (R, width) float64.
+    """
+    slots = torch.arange(width, device=rows.device)
+    z = _signed(seed * 0x9E3779B97F4A7C15 % (1 << 64)) + rows.unsqueeze(1) * _MIX1 + slots * _MIX2
+    z = (z ^ _shr(z, 30)) * _MIX1
+    z = (z ^ _shr(z, 27)) * _MIX2
+    z = z ^ _shr(z, 31)
+    return _shr(z, 11).to(torch.float64) * 2.0**-53
+
+
+def kept_entries(rowptr: Tensor, sampling: EdgeSampling) -> tuple[Tensor, Tensor, Tensor]:
+    """The CSR entries each target keeps and the per-target sum scale.
+
+    Returns:
+        ``(position, target, scale)``: CSR positions (M,) and their targets (M,) — targets with d ≤ width
+        first, in CSR order, then the sampled targets' kept entries, ascending within a target — and
+        ``scale`` (R,) float64: d / width where sampled, else 1.
+    """
+    degree = rowptr.diff()
+    width = sampling.width
+    sampled = degree > width
+    rows = torch.arange(degree.numel(), device=rowptr.device)
+    entry_row = torch.repeat_interleave(rows, degree, output_size=int(rowptr[-1]))
+    exact = (~sampled)[entry_row].nonzero().view(-1)
+    big = rows[sampled]
+    deg = degree[big].unsqueeze(1)
+    slot = torch.arange(width, device=rowptr.device)
+    if sampling.strategy == "bucket":
+        offset = slot.expand(big.numel(), width)
+    elif sampling.strategy == "fastrand":
+        stride = torch.full_like(deg, FASTRAND_PRIMES[-1])
+        for prime in reversed(FASTRAND_PRIMES[:-1]):
+            stride = torch.where(deg % prime != 0, prime, stride)
+        offset = (slot * stride) % deg
+    else:
+        offset = sampling_kernels.floyd(degree[big], hash_uniforms(sampling.seed, big, width))
+    position = torch.cat([exact, (rowptr[big].unsqueeze(1) + offset).reshape(-1)])
+    target = torch.cat([entry_row[exact], big.repeat_interleave(width)])
+    scale = torch.where(sampled, degree.to(torch.float64) / width, 1.0)
+    return position, target, scale
+
+
+def sampled_aggregate(graph: Graph, x: Tensor, edge_weight: Tensor | None, reduce: str,
+                      sampling: EdgeSampling) -> Tensor:
+    """Reference (plain PyTorch, any device) edge-sampled aggregation; see the module docstring."""
+    csr = graph.csr
+    position, target, scale = kept_entries(csr.rowptr, sampling)
+    edge = csr.perm[position]
+    msg = x.index_select(0, csr.col[position])
+    if edge_weight is not None:
+        w = edge_weight[edge]
+        msg = msg * w.view(*w.shape, *([1] * (x.dim() - w.dim())))
+    out = x.new_zeros(graph.num_dst, *x.shape[1:])
+    shape = (-1, *([1] * (x.dim() - 1)))
+    if reduce in ("max", "min"):
+        index = target.view(shape).expand_as(msg)
+        return out.scatter_reduce(0, index, msg, "amax" if reduce == "max" else "amin", include_self=False)
+    out = out.index_add(0, target, msg) * scale.to(x.dtype).view(shape)
+    if reduce == "mean":
+        out = out / graph.in_degree.clamp(min=1).to(x.dtype).view(shape)
+    return out

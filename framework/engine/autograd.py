@@ -50,6 +50,7 @@ SUPPORTED_DTYPES = (torch.float32, torch.float64)
 GAR_MIN_DEGREE = 32.0
 GAS_MAX_DEGREE = 2.0
 SMALL_GRAPH_EDGES = 1 << 22
+SPLIT_MIN_DEGREE = 256
 
 
 # ------------------------------------------------------------------------------------------ graph caches
@@ -66,11 +67,19 @@ def _index32(graph: Graph, fmt: str) -> Tensor:
 
 
 def _schedule(graph: Graph, fmt: str) -> spmm_kernels.RowSchedule | None:
-    """Row splitting for GE-SpMM: short segments (64 entries) on small graphs, where the longest warp is the
-    critical path of a ~20 us kernel; 256 on large ones, where it only needs to tame hubs."""
+    """Row splitting for GE-SpMM, only for graphs with a row longer than ``SPLIT_MIN_DEGREE``: short segments
+    (64 entries) on small graphs, where the longest warp is the critical path of a ~20 us kernel; 256 on large
+    ones, where it only needs to tame hubs. Below that degree the second (combine) launch costs more host time
+    than the longest warp costs GPU time (H200: Cora and PubMed, max in-degree ~170, ran ~10% faster eager
+    unsplit; Facebook, 709, and the RMAT subgraphs ran fastest with 64)."""
     ptr = graph.csr.rowptr if fmt == "csr" else graph.csc.colptr
-    segment = 64 if graph.num_edges < SMALL_GRAPH_EDGES else 256
-    return graph.cached(("kernels", "schedule", fmt), lambda: spmm_kernels.row_schedule(ptr, segment))
+
+    def build() -> spmm_kernels.RowSchedule | None:
+        if ptr.numel() < 2 or int(ptr.diff().max()) <= SPLIT_MIN_DEGREE:
+            return None
+        return spmm_kernels.row_schedule(ptr, 64 if graph.num_edges < SMALL_GRAPH_EDGES else 256)
+
+    return graph.cached(("kernels", "schedule", fmt), build)
 
 
 def gespmm_plan(graph: Graph, fmt: str, x: Tensor, *, reduce: str = "sum", heads: int = 1, weighted: bool = False,

@@ -200,3 +200,15 @@ def test_hp_sddmm_config(c, expected):
     from graphfuse.kernels import sddmm
 
     assert sddmm.config(c, torch.float32, []) == expected
+
+
+def test_rows_are_split_only_past_the_minimum_degree():
+    def star(degree):
+        src = torch.arange(1, degree + 1)
+        return graphfuse.Graph(torch.stack([src, torch.zeros_like(src)]), num_nodes=degree + 1)
+
+    assert autograd._schedule(star(autograd.SPLIT_MIN_DEGREE), "csr") is None
+    sched = autograd._schedule(star(autograd.SPLIT_MIN_DEGREE + 1), "csr")
+    assert sched is not None and sched.long_rows.tolist() == [0]
+    assert sched.seg_ptr.tolist()[:3] == [0, 64, 128]  # small graphs: 64-entry segments
+    assert autograd._schedule(graphfuse.Graph(torch.empty(2, 0, dtype=torch.long), num_nodes=0), "csr") is None

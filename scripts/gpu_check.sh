@@ -54,7 +54,7 @@ tail -n 8 "$OUT/memcheck.log"
 fi
 
 BENCH_ARGS=(--data .benchdata --out "$OUT/spmm.json" --md "$OUT/spmm.md")
-[ "$MODE" = quick ] && BENCH_ARGS+=(--quick --ks 32 64 128 256)
+[ "$MODE" = quick ] && BENCH_ARGS+=(--quick --ks 32 64 128 256) || BENCH_ARGS+=(--reorder)
 if step spmm; then
   timeout "${BENCH_TIMEOUT:-420}" python3 scripts/bench_spmm.py "${BENCH_ARGS[@]}" >"$OUT/bench.log" 2>&1
   BENCH_RC=$?

@@ -145,7 +145,7 @@ def build_datamodule(cfg: DictConfig, dataset: NodeDataset) -> FullGraphDataModu
     mean_weights = uses_mean_weights(cfg.model)
     sampler = cfg.sampler
     if sampler.name is None:
-        return FullGraphDataModule(dataset, mean_weights=mean_weights)
+        return FullGraphDataModule(dataset, mean_weights=mean_weights, reorder=cfg.data.reorder)
     plain = OmegaConf.to_container(sampler, resolve=True)
     if sampler.name == "neighbor":
         sampler_args: dict[str, Any] = {}

@@ -39,6 +39,7 @@ class DataConfig:
     name: str = "cora"
     root: str | None = None
     normalize_features: bool = False
+    reorder: bool = False  # full-graph runs: renumber nodes by graph clustering once, on the device
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -268,6 +269,9 @@ def _validate_sampler(cfg: DictConfig) -> None:
     sampler = cfg.sampler
     if sampler.name is None:
         return
+    if cfg.data.reorder:
+        raise ConfigError(f"'data.reorder' applies to full-graph training; sampler '{sampler.name}' draws its own "
+                          "subgraphs (set data.reorder=false or sampler=full_graph).")
     if sampler.name == "neighbor":
         keys = ("batch_size",)
         if cfg.model.name == "saint" and cfg.model.aggr == "sum":

@@ -235,6 +235,7 @@ def train(cfg: DictConfig, *, verbose: bool = True) -> dict[str, Any]:
         "stopped_early": stopped_early,
         "resumed_from": str(resume_from) if resume_from else None,
         "wall_time_s": time.perf_counter() - start,
+        "reorder_s": getattr(datamodule, "reorder_seconds", None),
         "mean_epoch_time_s": sum(epoch_times) / len(epoch_times) if epoch_times else 0.0,
         "device": device_name(device),
         "versions": {

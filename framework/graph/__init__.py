@@ -19,9 +19,10 @@ from graphfuse.graph.processing import (
     process_mean,
     register_stage,
 )
+from graphfuse.graph.reorder import cluster_labels, cluster_order, permute_nodes
 
 __all__ = [
-    "CSC", "CSR", "Graph", "Stage", "add_remaining_self_loops", "build_formats", "coo_to_csc", "coo_to_csr",
-    "gcn_norm", "mean_norm", "process_gat", "process_gcn", "process_graph", "process_mean", "ptr_to_index",
-    "register_stage", "to_dense",
+    "CSC", "CSR", "Graph", "Stage", "add_remaining_self_loops", "build_formats", "cluster_labels", "cluster_order",
+    "coo_to_csc", "coo_to_csr", "gcn_norm", "mean_norm", "permute_nodes", "process_gat", "process_gcn",
+    "process_graph", "process_mean", "ptr_to_index", "register_stage", "to_dense",
 ]

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from graphfuse.data import load_dataset
+from graphfuse.graph import cluster_order
 from graphfuse.trainers.config import load_config
 from graphfuse.trainers.datamodule import FullGraphDataModule
 from graphfuse.trainers.run import train
@@ -81,3 +82,22 @@ def test_ogbn_datasets_are_also_scored_by_the_ogb_evaluator(tiny, tmp_path, monk
     scored = [r for r in rows if r.get("val/ogb_acc")]
     assert len(scored) == 2
     assert all(float(r["val/ogb_acc"]) == pytest.approx(float(r["val/acc"])) for r in scored)
+
+
+def test_reordered_batch_is_the_same_problem_renumbered():
+    dataset = load_dataset("synthetic", num_nodes=200, num_features=4, num_classes=3)
+    dm = FullGraphDataModule(dataset, reorder=True)
+    dm.setup("fit")
+    plain = dm.batch
+    moved = dm.device_batch(torch.device("cpu"))
+    assert dm.reorder_seconds is not None and dm.device_batch(torch.device("cpu")) is moved
+    order = cluster_order(plain.graph)
+    for name in ("x", "y", "train_mask", "val_mask", "test_mask"):
+        assert torch.equal(getattr(moved, name), getattr(plain, name)[order])
+    src, dst = moved.graph.edge_index
+    assert torch.equal(order[src], plain.graph.edge_index[0]) and torch.equal(order[dst], plain.graph.edge_index[1])
+
+
+def test_reorder_runs_end_to_end_and_reports_its_cost(tiny):
+    metrics = train(load_config([*tiny, "trainer.max_epochs=2", "data.reorder=true"]), verbose=False)
+    assert metrics["reorder_s"] is not None and metrics["epochs_run"] == 2

@@ -82,6 +82,12 @@ def test_aggregation_normalisation_needs_the_saint_sum_model():
         load_config(["sampler=neighbor", "model=saint"])
 
 
+def test_reorder_is_for_full_graph_training():
+    with pytest.raises(ConfigError, match="'data.reorder' applies to full-graph training"):
+        load_config(["sampler=saint_rw", "model=saint", "data.reorder=true"])
+    assert load_config(["data.reorder=true"]).data.reorder is True
+
+
 def test_sampled_experiments_compose():
     for name in ("graphsaint_rw_facebook", "graphsaint_node_facebook", "graphsaint_edge_facebook",
                  "sage_neighbor_facebook", "graphsaint_rw_synthetic", "ogbn_products_saint",

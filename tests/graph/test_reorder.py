@@ -1,0 +1,66 @@
+"""Cluster-based node order: communities come out contiguous, the renumbered graph is the same graph, and
+aggregation on it gives the same result up to the renumbering."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import graphfuse
+from cases import make_graph_case
+from graphfuse.graph import cluster_labels, cluster_order, permute_nodes
+
+
+def interleaved_cliques(size: int = 6, bridges: int = 1) -> graphfuse.Graph:
+    """Two cliques whose node ids alternate (0, 2, 4, … and 1, 3, 5, …) joined by ``bridges`` edges."""
+    parts = [list(range(0, 2 * size, 2)), list(range(1, 2 * size, 2))]
+    edges = [(i, j) for part in parts for i in part for j in part if i != j]
+    edges += [(parts[0][k], parts[1][k]) for k in range(bridges)]
+    return graphfuse.Graph(torch.tensor(edges).t(), num_nodes=2 * size)
+
+
+def test_communities_come_out_contiguous():
+    g = interleaved_cliques()
+    labels = cluster_labels(g)
+    assert len(set(labels[0::2].tolist())) == 1 and len(set(labels[1::2].tolist())) == 1
+    assert labels[0] != labels[1]
+    order = cluster_order(g)
+    assert sorted(order.tolist()) == list(range(12))
+    assert set(order[:6].tolist()) in ({0, 2, 4, 6, 8, 10}, {1, 3, 5, 7, 9, 11})
+    assert cluster_order(g) is order  # cached on the graph
+
+
+def test_labels_are_deterministic_and_isolated_nodes_keep_their_own():
+    g = make_graph_case("isolated")
+    assert torch.equal(cluster_labels(g), cluster_labels(g))
+    isolated = g.in_degree.eq(0) & g.out_degree.eq(0)
+    assert torch.equal(cluster_labels(g)[isolated], torch.arange(g.num_nodes)[isolated])
+    assert torch.equal(cluster_labels(g, iterations=0), torch.arange(g.num_nodes))
+
+
+@pytest.mark.parametrize("case", ["hub", "duplicates", "unsorted", "isolated", "no_edges"])
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
+def test_aggregation_on_the_renumbered_graph_matches_up_to_the_order(case, reduce):
+    g = make_graph_case(case)
+    order = cluster_order(g)
+    p = permute_nodes(g, order)
+    x = torch.randn(g.num_nodes, 5, dtype=torch.float64)
+    out = graphfuse.aggregate(p, x[order], reduce=reduce)
+    torch.testing.assert_close(out, graphfuse.aggregate(g, x, reduce=reduce)[order])
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(order.numel())
+    assert torch.equal(order[inverse], torch.arange(order.numel()))
+
+
+def test_bad_arguments():
+    g = interleaved_cliques()
+    with pytest.raises(ValueError, match="permute_nodes: order must be a permutation"):
+        permute_nodes(g, torch.zeros(12, dtype=torch.int64))
+    with pytest.raises(ValueError, match=r"permute_nodes: order must be an int64 tensor of shape \(12,\)"):
+        permute_nodes(g, torch.arange(11))
+    with pytest.raises(ValueError, match="cluster_labels: iterations must be an int"):
+        cluster_labels(g, iterations=-1)
+    with pytest.raises(ValueError, match="needs a square graph"):
+        cluster_order(make_graph_case("bipartite"))
+    with pytest.raises(TypeError, match="graph must be a graphfuse.Graph"):
+        cluster_labels(torch.zeros(2, 3))

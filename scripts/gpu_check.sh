@@ -53,34 +53,36 @@ MEMCHECK_RC=$?
 tail -n 8 "$OUT/memcheck.log"
 fi
 
-BENCH_ARGS=(--data .benchdata --out "$OUT/spmm.json" --md "$OUT/spmm.md")
-[ "$MODE" = quick ] && BENCH_ARGS+=(--quick --ks 32 64 128 256) || BENCH_ARGS+=(--reorder)
+# bench NAME TIMEOUT SCRIPT ARGS...: run one benchmark script, log to $OUT/NAME.log, print its tail.
+bench() {
+  local name=$1 limit=$2
+  shift 2
+  timeout "$limit" python3 "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  tail -n 4 "$OUT/$name.log"
+  return $rc
+}
+QUICK=$([ "$MODE" = quick ] && echo 1 || echo "")
 if step spmm; then
-  timeout "${BENCH_TIMEOUT:-420}" python3 scripts/bench_spmm.py "${BENCH_ARGS[@]}" >"$OUT/bench.log" 2>&1
+  bench bench "${BENCH_TIMEOUT:-420}" scripts/bench_spmm.py --data .benchdata --out "$OUT/spmm.json" \
+    --md "$OUT/spmm.md" ${QUICK:+--quick --ks 32 64 128 256} $([ -z "$QUICK" ] && echo --reorder)
   BENCH_RC=$?
-  tail -n 4 "$OUT/bench.log"
 fi
 if step sddmm; then
-  SDDMM_ARGS=(--data .benchdata --out "$OUT/sddmm.json" --md "$OUT/sddmm.md")
-  [ "$MODE" = quick ] && SDDMM_ARGS+=(--quick)
-  timeout "${SDDMM_TIMEOUT:-200}" python3 scripts/bench_sddmm.py "${SDDMM_ARGS[@]}" >"$OUT/sddmm.log" 2>&1
+  bench sddmm "${SDDMM_TIMEOUT:-200}" scripts/bench_sddmm.py --data .benchdata --out "$OUT/sddmm.json" \
+    --md "$OUT/sddmm.md" ${QUICK:+--quick}
   SDDMM_RC=$?
-  tail -n 4 "$OUT/sddmm.log"
 fi
 if step samplers; then  # needs .gfdata (Facebook raw files) carried; see scripts/bench_samplers.py
-  SAMPLER_ARGS=(--devices cuda --out "$OUT/samplers.json" --md "$OUT/samplers.md")
-  [ "$MODE" = quick ] && SAMPLER_ARGS+=(--samplers neighbor,saint_rw --no-norm --iters 20)
-  GRAPHFUSE_DATA_MIRROR=${GRAPHFUSE_DATA_MIRROR:-$PWD/.gfdata} GRAPHFUSE_DATA_ROOT=${GRAPHFUSE_DATA_ROOT:-/tmp/gfroot} \
-    timeout "${SAMPLERS_TIMEOUT:-300}" python3 scripts/bench_samplers.py "${SAMPLER_ARGS[@]}" >"$OUT/samplers.log" 2>&1
+  export GRAPHFUSE_DATA_MIRROR=${GRAPHFUSE_DATA_MIRROR:-$PWD/.gfdata} GRAPHFUSE_DATA_ROOT=${GRAPHFUSE_DATA_ROOT:-/tmp/gfroot}
+  bench samplers "${SAMPLERS_TIMEOUT:-300}" scripts/bench_samplers.py --devices cuda --out "$OUT/samplers.json" \
+    --md "$OUT/samplers.md" ${QUICK:+--samplers neighbor,saint_rw --no-norm --iters 20}
   SAMPLERS_RC=$?
-  tail -n 3 "$OUT/samplers.log"
 fi
 if step graph; then
-  GRAPH_ARGS=(--data .benchdata --out "$OUT/graph_processing.json" --md "$OUT/graph_processing.md")
-  [ "$MODE" = quick ] && GRAPH_ARGS+=(--quick)
-  timeout "${GRAPH_TIMEOUT:-300}" python3 scripts/bench_graph_processing.py "${GRAPH_ARGS[@]}" >"$OUT/graph.log" 2>&1
+  bench graph "${GRAPH_TIMEOUT:-300}" scripts/bench_graph_processing.py --data .benchdata \
+    --out "$OUT/graph_processing.json" --md "$OUT/graph_processing.md" ${QUICK:+--quick}
   GRAPH_RC=$?
-  tail -n 3 "$OUT/graph.log"
 fi
 
 {

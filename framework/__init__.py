@@ -15,6 +15,7 @@ from graphfuse.engine import (
     sddmm,
     set_default_backend,
     use_backend,
+    use_sampling,
 )
 from graphfuse.graph import Graph, gcn_norm, mean_norm
 
@@ -22,5 +23,5 @@ __version__ = "0.1.0"
 
 __all__ = [
     "EdgeSampling", "Graph", "aggregate", "edge_softmax", "gcn_norm", "mean_norm", "registered_backends", "sddmm",
-    "set_default_backend", "use_backend",
+    "set_default_backend", "use_backend", "use_sampling",
 ]

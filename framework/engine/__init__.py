@@ -16,11 +16,11 @@ from graphfuse.engine.dispatcher import (
     set_default_backend,
     use_backend,
 )
-from graphfuse.engine.edge_sampling import EdgeSampling
+from graphfuse.engine.edge_sampling import EdgeSampling, use_sampling
 from graphfuse.engine.functional import REDUCES, aggregate, edge_softmax, sddmm
 
 __all__ = [
     "REDUCES", "Backend", "EdgeSampling", "aggregate", "edge_softmax", "gat_aggregate", "gat_attention", "gat_scores",
     "get_default_backend", "register_backend", "registered_backends", "resolve", "sddmm", "set_default_backend",
-    "use_backend",
+    "use_backend", "use_sampling",
 ]

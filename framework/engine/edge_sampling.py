@@ -20,6 +20,8 @@ Shapes: as :func:`graphfuse.aggregate`; the kept entries are CSR positions (M,) 
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -54,6 +56,31 @@ class EdgeSampling:
             raise ValueError(f"EdgeSampling: strategy must be one of {list(STRATEGIES)}; got {self.strategy!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
             raise ValueError(f"EdgeSampling: seed must be an int in [0, 2**63); got {self.seed!r}")
+
+
+_current: EdgeSampling | None = None
+
+
+@contextlib.contextmanager
+def use_sampling(sampling: EdgeSampling | None) -> Iterator[None]:
+    """Inside the block, every ``graphfuse.aggregate`` call that passes no ``sampling=`` samples with
+    ``sampling`` — the model-level switch: ``with torch.no_grad(), use_sampling(EdgeSampling(64)): model(x, g)``
+    (layers aggregating through ``aggregate``: GCN, GraphSAGE, GraphSAINT; GAT's fused attention is not
+    sampled). None turns it off."""
+    global _current
+    if sampling is not None and not isinstance(sampling, EdgeSampling):
+        raise TypeError(f"use_sampling: sampling must be a graphfuse.EdgeSampling or None; got "
+                        f"{type(sampling).__name__}")
+    previous, _current = _current, sampling
+    try:
+        yield
+    finally:
+        _current = previous
+
+
+def current_sampling() -> EdgeSampling | None:
+    """The sampling :func:`use_sampling` set for the current block (None outside one)."""
+    return _current
 
 
 def _signed(c: int) -> int:

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from graphfuse.engine import dispatcher
+from graphfuse.engine import dispatcher, edge_sampling
 from graphfuse.engine.edge_sampling import EdgeSampling
 from graphfuse.graph import Graph
 
@@ -69,7 +69,8 @@ def aggregate(
         backend: a registered backend name, ``"auto"``, or None for the default.
         deterministic: require an atomic-free backend.
         sampling: edge-sampled inference (:class:`~graphfuse.engine.edge_sampling.EdgeSampling`, ES-SpMM):
-            at most ``sampling.width`` in-edges per target, scaled; refused when a gradient is needed.
+            at most ``sampling.width`` in-edges per target, scaled; refused when a gradient is needed. None
+            takes the one :func:`~graphfuse.engine.edge_sampling.use_sampling` set, if any.
 
     Returns:
         Aggregated features. Targets with no in-edges get 0 for every reduce.
@@ -87,6 +88,8 @@ def aggregate(
         _check_edges("aggregate", "edge_weight", edge_weight, graph, x.size(1) if x.dim() == 3 else None)
         if edge_weight.dtype != x.dtype:
             edge_weight = edge_weight.to(x.dtype)
+    if sampling is None:
+        sampling = edge_sampling.current_sampling()
     if sampling is not None:
         return _sampled(graph, x, edge_weight, reduce, backend, deterministic, sampling)
     impl = dispatcher.resolve("aggregate", x.device, backend, deterministic,

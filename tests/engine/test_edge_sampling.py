@@ -130,3 +130,25 @@ def test_refuses_gradients_wrong_types_and_kernel_backends():
         graphfuse.aggregate(g, x.detach(), sampling=64)
     with pytest.raises(ValueError, match="does not implement sampled_aggregate"):
         graphfuse.aggregate(g, x.detach(), sampling=EdgeSampling(), backend="gespmm")
+
+
+def test_use_sampling_switches_every_aggregate_in_a_model():
+    from graphfuse.nn import GCNConv
+
+    g = hub_graph()
+    conv = GCNConv(3, 4)
+    x = torch.randn(g.num_src, 3)
+    with torch.no_grad():
+        full = conv(x, g)
+        with graphfuse.use_sampling(EdgeSampling(8, "bucket")):
+            sampled = conv(x, g)
+            with graphfuse.use_sampling(None):
+                torch.testing.assert_close(conv(x, g), full)
+        torch.testing.assert_close(conv(x, g), full)
+    assert not torch.allclose(sampled[0], full[0])  # the hub row is sampled
+    torch.testing.assert_close(sampled[1:], full[1:])  # the others are within the width
+    with graphfuse.use_sampling(EdgeSampling(8)), pytest.raises(ValueError, match="sampling= is for inference"):
+        conv(x, g)  # parameters need gradients
+    with pytest.raises(TypeError, match="use_sampling: sampling must be a graphfuse.EdgeSampling"):
+        with graphfuse.use_sampling(8):
+            pass

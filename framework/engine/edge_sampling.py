@@ -115,7 +115,7 @@ def kept_entries(rowptr: Tensor, sampling: EdgeSampling) -> tuple[Tensor, Tensor
 
     Returns:
         ``(position, target, scale)``: CSR positions (M,) and their targets (M,) — targets with d ≤ width
-        first, in CSR order, then the sampled targets' kept entries, ascending within a target — and
+        first, in CSR order, then the sampled targets' kept entries in slot order — and
         ``scale`` (R,) float64: d / width where sampled, else 1.
     """
     degree = rowptr.diff()

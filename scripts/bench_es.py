@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import statistics
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ from pathlib import Path
 import torch
 
 import graphfuse
+from bench_graphs import write_report
 from graphfuse.engine.edge_sampling import STRATEGIES, EdgeSampling
 from graphfuse.trainers.build import build_datamodule, build_dataset, build_model
 from graphfuse.trainers.config import load_config
@@ -127,9 +127,7 @@ def main() -> None:
               "experiments": []}
     for spec in args.experiments:
         report["experiments"].append(bench_experiment(spec, args.overrides, args.runs_dir, args.widths))
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=1) + "\n")
-        args.md.write_text(markdown(report))
+        write_report(report, args.out, args.md, markdown)
     print(markdown(report))
 
 

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import statistics
 import time
 from collections.abc import Callable
@@ -415,16 +414,13 @@ def main() -> None:
     if not args.quick:
         specs.append(("RMAT s21 63M drawn", lambda: rmat(21, 63_000_000, 8, device), False))
     specs += [(r18_name, lambda: r18, True), ("facebook", lambda: (fb, n_fb), False)]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.md.parent.mkdir(parents=True, exist_ok=True)
     for name, make, train in specs:
         ei, n = make()
         print(f"{name}: {n:,} nodes, {ei.size(1):,} edges", flush=True)
         report["graphs"].append(bench_graph(name, ei, n, args.repeats, train))
         del ei
         torch.cuda.empty_cache()
-        args.out.write_text(json.dumps(report, indent=1) + "\n")
-        args.md.write_text(markdown(report))
+        bench_graphs.write_report(report, args.out, args.md, markdown)
     print(markdown(report))
 
 

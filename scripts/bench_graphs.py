@@ -1,5 +1,6 @@
 """Benchmark graphs shared by the bench_*.py scripts: the MatrixMarket / edge-list files of ../shared/datasets
-(carried as .benchdata) and the RMAT family of graphfuse.data.synthetic.rmat_graph.
+(carried as .benchdata) and the RMAT family of graphfuse.data.synthetic.rmat_graph; and ``write_report``, how
+every script writes its JSON and markdown.
 
 Shapes:
     every function returns ``(edge_index (2, E) int64 on device, num_nodes)``; graphs are symmetrised and
@@ -8,6 +9,8 @@ Shapes:
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -35,3 +38,11 @@ def read_edge_csv(path: Path, device: str) -> tuple[torch.Tensor, int]:
 def rmat(scale: int, drawn: int, seed: int, device: str) -> tuple[torch.Tensor, int]:
     """RMAT (a=0.57, b=c=0.19) with ``drawn`` edges over 2**scale nodes, ids permuted, symmetrised."""
     return rmat_graph(scale, drawn, seed, device), 1 << scale
+
+
+def write_report(report: dict, out: Path, md: Path, markdown: Callable[[dict], str]) -> None:
+    """Write ``report`` as JSON to ``out`` and ``markdown(report)`` to ``md``, creating their folders."""
+    for path in (out, md):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1) + "\n")
+    md.write_text(markdown(report))

@@ -39,6 +39,7 @@ import torch
 import torch.nn.functional as F
 
 import graphfuse
+from bench_graphs import write_report
 from graphfuse.data import load_dataset
 from graphfuse.data.synthetic import rmat_graph
 from graphfuse.nn import GraphSAGE
@@ -283,10 +284,7 @@ def main() -> None:
     meta = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "torch": torch.__version__, "cuda": torch.version.cuda}
     report = merge(args.out, results, meta)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
-    args.md.parent.mkdir(parents=True, exist_ok=True)
-    args.md.write_text(markdown(report))
+    write_report(report, args.out, args.md, markdown)
     print(f"wrote {args.out} and {args.md}")
 
 

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 from pathlib import Path
 
 import torch
 
 import graphfuse
+from bench_graphs import write_report
 from bench_spmm import fmt, geomean, graph_specs, time_ms
 from graphfuse.kernels import gar as gar_kernels
 
@@ -91,9 +91,7 @@ def write(report: dict, args: argparse.Namespace) -> None:
     for k in map(str, args.ks):
         ratios = [gr["results"][k]["speedup_vs_pytorch"] for gr in rmat if gr["results"][k]["speedup_vs_pytorch"]]
         report["summary"][k] = (geomean(ratios), min(ratios) if ratios else None)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
-    args.md.write_text(markdown(report))
+    write_report(report, args.out, args.md, markdown)
 
 
 def main() -> None:

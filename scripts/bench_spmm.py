@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import math
 import statistics
 import time
@@ -33,7 +32,7 @@ import torch
 from torch_geometric.utils import to_undirected
 
 import graphfuse
-from bench_graphs import read_edge_csv, read_mtx, rmat
+from bench_graphs import read_edge_csv, read_mtx, rmat, write_report
 
 KS = [32, 41, 64, 128, 256, 602]
 OURS = ["gespmm", "gespmm_mean", "gespmm_max", "gar", "gas"]
@@ -406,10 +405,7 @@ def main() -> None:
         del ei
     report["summary"] = summarise(report["graphs"])
     report["host_overhead_us"] = overhead_report(args.data)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
-    args.md.write_text(markdown(report))
+    write_report(report, args.out, args.md, markdown)
     print(markdown(report))
 
 

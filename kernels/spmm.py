@@ -72,14 +72,14 @@ def row_schedule(rowptr: Tensor, segment: int = DEFAULT_SEGMENT) -> RowSchedule 
     return RowSchedule(seg_ptr, seg_row, seg_slot, long_rows, long_ptr, int(long_ptr[-1]))
 
 
-def config(k: int, dtype: torch.dtype, tensors: list[Tensor], heads: int = 1) -> tuple[int, int, int]:
+def config(k: int, dtype: torch.dtype, vec: int | None = None) -> tuple[int, int, int]:
     """(VEC, CF, GROUP): GROUP lanes per row (a power of two >= K below 32, several rows per warp), VEC-wide
-    loads, CF column chunks per lane (coarse-grained warp merging) covering up to 512 columns per tile."""
+    loads (the widest K allows for aligned operands, or ``vec``), CF column chunks per lane (coarse-grained
+    warp merging) covering up to 512 columns per tile."""
     if k < 32:
         return 1, 1, rt.next_pow2(k)
-    vec = rt.vector_width(k, dtype, tensors)
-    cf = min(4, rt.next_pow2(-(-k // (32 * vec))))
-    return vec, cf, 32
+    vec = vec or rt.vector_width(k, dtype, [])
+    return vec, min(4, rt.next_pow2(-(-k // (32 * vec)))), 32
 
 
 class GespmmPlan:
@@ -100,9 +100,7 @@ class GespmmPlan:
         self.k, self.dtype, self.reduce, self.heads, self.wmode = k, dtype, reduce, heads, wmode
         self.track, self.argmask, self.device = track, argmask, rowptr.device
         self.num_rows = rowptr.numel() - 1
-        vec_, cf, group = config(k, dtype, [])  # widest vector the width allows, for aligned operands
-        if vec is not None and vec != vec_:  # the scalar twin: same tiling, VEC = 1
-            vec_, cf = vec, min(4, rt.next_pow2(-(-k // (32 * vec)))) if k >= 32 else cf
+        vec_, cf, group = config(k, dtype, vec)
         self.align = vec_ * rt.itemsize(dtype)
         self.unaligned: GespmmPlan | None = None
         num_segs = self.num_rows if schedule is None else schedule.seg_row.numel()

@@ -72,11 +72,11 @@ def _schedule(graph: Graph, fmt: str) -> spmm_kernels.RowSchedule | None:
     ones, where it only needs to tame hubs. Below that degree the second (combine) launch costs more host time
     than the longest warp costs GPU time (H200: Cora and PubMed, max in-degree ~170, ran ~10% faster eager
     unsplit; Facebook, 709, and the RMAT subgraphs ran fastest with 64)."""
-    ptr = graph.csr.rowptr if fmt == "csr" else graph.csc.colptr
-
     def build() -> spmm_kernels.RowSchedule | None:
-        if ptr.numel() < 2 or int(ptr.diff().max()) <= SPLIT_MIN_DEGREE:
+        degree = graph.in_degree if fmt == "csr" else graph.out_degree
+        if degree.numel() == 0 or int(degree.max()) <= SPLIT_MIN_DEGREE:
             return None
+        ptr = graph.csr.rowptr if fmt == "csr" else graph.csc.colptr
         return spmm_kernels.row_schedule(ptr, 64 if graph.num_edges < SMALL_GRAPH_EDGES else 256)
 
     return graph.cached(("kernels", "schedule", fmt), build)
@@ -95,6 +95,12 @@ def gespmm_plan(graph: Graph, fmt: str, x: Tensor, *, reduce: str = "sum", heads
                                        schedule=_schedule(graph, fmt), track=track, argmask=argmask)
 
     return graph.cached(key, build)
+
+
+def _edge_dots(graph: Graph, a: Tensor, b: Tensor, heads: int) -> Tensor:
+    """``<a[dst_e], b[src_e]>`` per head in COO order: HP-SDDMM over the graph's hybrid CSR/COO form."""
+    csr = graph.csr
+    return sddmm_kernels.hp_sddmm(csr.row, _index32(graph, "csr"), csr.perm, a, b, heads=heads)
 
 
 def _perm(graph: Graph, fmt: str) -> Tensor:
@@ -169,7 +175,7 @@ class GespmmAggregate(torch.autograd.Function):
             plan = gespmm_plan(graph, "csc", g, heads=heads, weighted=w is not None, argmask=arg is not None)
             dx, _ = plan(g, _permuted(graph, w, "csc"), **mask)
         if w is not None and ctx.needs_input_grad[2] and arg is None:
-            dw = sddmm_kernels.hp_sddmm(graph.csr.row, _index32(graph, "csr"), graph.csr.perm, g, x, heads=heads)
+            dw = _edge_dots(graph, g, x, heads)
         elif w is not None and ctx.needs_input_grad[2]:  # max/min: only the chosen entries get a gradient
             _, dw = gar_kernels.gar_backward(csc.colptr, _index32(graph, "csc"), g, x, None, heads=heads,
                                              edge_perm=csc.perm, need_dx=False, need_dw=True, **mask)
@@ -252,8 +258,7 @@ class Sddmm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, graph: Graph, a: Tensor, b: Tensor, heads: int) -> Tensor:
-        csr = graph.csr
-        out = sddmm_kernels.hp_sddmm(csr.row, _index32(graph, "csr"), csr.perm, a, b, heads=heads)
+        out = _edge_dots(graph, a, b, heads)
         ctx.graph, ctx.heads = graph, heads
         ctx.save_for_backward(a, b)
         return out
@@ -290,8 +295,10 @@ class _NoGradContext:
 def run(fn: type[torch.autograd.Function], *args: Any) -> Any:
     """``fn.apply(*args)``, or straight ``fn.forward`` when no tensor argument needs a gradient: the same
     result without autograd's per-call bookkeeping (tens of microseconds on a small graph)."""
-    if torch.is_grad_enabled() and any(isinstance(a, Tensor) and a.requires_grad for a in args):
-        return fn.apply(*args)
+    if torch.is_grad_enabled():
+        for a in args:
+            if isinstance(a, Tensor) and a.requires_grad:
+                return fn.apply(*args)
     return fn.forward(_NoGradContext(), *args)
 
 
@@ -301,6 +308,7 @@ def _aggregate(name: str, graph: Graph, x: Tensor, edge_weight: Tensor | None, r
     fn = _FUNCTIONS[name]
     if name == "gas" and reduce in ("max", "min"):
         fn = GespmmAggregate
+    # run() inlined on the hottest call: the two tensors are known, the generic scan costs ~1 µs there
     if torch.is_grad_enabled() and (x.requires_grad or (edge_weight is not None and edge_weight.requires_grad)):
         out = fn.apply(graph, x2, edge_weight, reduce, heads)
     else:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from graphfuse.graph import Graph
+from graphfuse.graph import CSR, Graph
 from graphfuse.kernels import sampling as sampling_kernels
 
 STRATEGIES = ("bucket", "fastrand", "random")
@@ -110,20 +110,20 @@ def hash_uniforms(seed: int, rows: Tensor, width: int) -> Tensor:
     return _shr(z, 11).to(torch.float64) * 2.0**-53
 
 
-def kept_entries(rowptr: Tensor, sampling: EdgeSampling) -> tuple[Tensor, Tensor, Tensor]:
-    """The CSR entries each target keeps and the per-target sum scale.
+def kept_entries(csr: CSR, sampling: EdgeSampling) -> tuple[Tensor, Tensor, Tensor]:
+    """The entries of ``csr`` (rows = targets) each target keeps and the per-target sum scale.
 
     Returns:
         ``(position, target, scale)``: CSR positions (M,) and their targets (M,) — targets with d ≤ width
         first, in CSR order, then the sampled targets' kept entries in slot order — and
         ``scale`` (R,) float64: d / width where sampled, else 1.
     """
+    rowptr = csr.rowptr
     degree = rowptr.diff()
     width = sampling.width
     sampled = degree > width
     rows = torch.arange(degree.numel(), device=rowptr.device)
-    entry_row = torch.repeat_interleave(rows, degree, output_size=int(rowptr[-1]))
-    exact = (~sampled)[entry_row].nonzero().view(-1)
+    exact = (~sampled)[csr.row].nonzero().view(-1)
     big = rows[sampled]
     deg = degree[big].unsqueeze(1)
     slot = torch.arange(width, device=rowptr.device)
@@ -137,7 +137,7 @@ def kept_entries(rowptr: Tensor, sampling: EdgeSampling) -> tuple[Tensor, Tensor
     else:
         offset = sampling_kernels.floyd(degree[big], hash_uniforms(sampling.seed, big, width))
     position = torch.cat([exact, (rowptr[big].unsqueeze(1) + offset).reshape(-1)])
-    target = torch.cat([entry_row[exact], big.repeat_interleave(width)])
+    target = torch.cat([csr.row[exact], big.repeat_interleave(width)])
     scale = torch.where(sampled, degree.to(torch.float64) / width, 1.0)
     return position, target, scale
 
@@ -146,7 +146,7 @@ def sampled_aggregate(graph: Graph, x: Tensor, edge_weight: Tensor | None, reduc
                       sampling: EdgeSampling) -> Tensor:
     """Reference (plain PyTorch, any device) edge-sampled aggregation; see the module docstring."""
     csr = graph.csr
-    position, target, scale = kept_entries(csr.rowptr, sampling)
+    position, target, scale = kept_entries(csr, sampling)
     edge = csr.perm[position]
     msg = x.index_select(0, csr.col[position])
     if edge_weight is not None:

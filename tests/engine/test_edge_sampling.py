@@ -20,7 +20,7 @@ def hub_graph(degree: int = HUB_DEGREE) -> graphfuse.Graph:
 
 
 def kept_sources(g: graphfuse.Graph, sampling: EdgeSampling, target: int = 0) -> list[int]:
-    position, owner, _ = kept_entries(g.csr.rowptr, sampling)
+    position, owner, _ = kept_entries(g.csr, sampling)
     return g.csr.col[position[owner == target]].tolist()
 
 

@@ -160,26 +160,33 @@ def launch(
     kernel's parameter order. The launch goes straight to ``cuLaunchKernel`` with a pre-built parameter
     block: a few microseconds of host time, which is what small graphs pay per aggregation.
     """
-    gx, gy, gz = (tuple(map(int, grid)) + (1, 1))[:3]
+    gx, gy, gz = (*grid, 1, 1)[:3]
     if gx <= 0 or gy <= 0 or gz <= 0:
         return
     if gx >= 2**31 or gy > 65535 or gz > 65535:
         raise ValueError(f"{name}: launch grid {tuple(grid)} exceeds the CUDA limits")
     index = device.index if device.index is not None else torch.cuda.current_device()
     fn = _functions.get((index, filename, name)) or get_function(filename, name, index, family)
-    bx, by, bz = (tuple(map(int, block)) + (1, 1))[:3]
+    bx, by, bz = (*block, 1, 1)[:3]
     params = _pack(args)
-    cuda = _cupy().cuda
-    if torch.cuda.current_device() == index and cuda.driver.ctxGetCurrent():
-        cuda.driver.launchKernel(fn.ptr, gx, gy, gz, bx, by, bz, int(shared_mem), _current_stream_ptr(index),
-                                 params, 0)
+    driver = _driver()
+    if driver.ctxGetCurrent() == _contexts.get(index):  # the thread is on the device's primary context
+        driver.launchKernel(fn.ptr, gx, gy, gz, bx, by, bz, shared_mem, _current_stream_ptr(index), params, 0)
         return
-    # Another device, or a thread without a current context yet (autograd's device thread before its first
-    # CUDA runtime call): bind the device's primary context, as the runtime API would.
+    # Another device is current, or a thread without a current context yet (autograd's device thread before
+    # its first CUDA runtime call): bind the device's primary context, as the runtime API would.
     with torch.cuda.device(index):
-        cuda.runtime.setDevice(index)
-        cuda.driver.launchKernel(fn.ptr, gx, gy, gz, bx, by, bz, int(shared_mem), _current_stream_ptr(index),
-                                 params, 0)
+        _cupy().cuda.runtime.setDevice(index)
+        _contexts[index] = driver.ctxGetCurrent()
+        driver.launchKernel(fn.ptr, gx, gy, gz, bx, by, bz, shared_mem, _current_stream_ptr(index), params, 0)
+
+
+_contexts: dict[int, int] = {}  # device index → its primary context (the CUcontext handle, as an int)
+
+
+@functools.cache
+def _driver() -> Any:
+    return _cupy().cuda.driver
 
 
 @functools.cache

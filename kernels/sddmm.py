@@ -35,11 +35,11 @@ def config(c: int, dtype: torch.dtype, tensors: list[Tensor]) -> tuple[int, int,
     return vec, min(MAX_CF, rt.next_pow2(-(-lanes // group))), group
 
 
-def nnz_per_warp(tasks: int, full_wave: int) -> int:
-    """The largest NnzPerWarp keeping ``tasks / (NnzPerWarp · warps per block) > WAVE_FACTOR · full_wave``."""
-    warps = rt.BLOCK // 32
+def nnz_per_warp(tasks: int, full_wave: int, workers: int = rt.BLOCK // 32) -> int:
+    """The largest NnzPerWarp keeping ``tasks / (NnzPerWarp · workers per block) > WAVE_FACTOR · full_wave``
+    (a worker is a warp here; HP-SpMM's workers below K = 32 are groups of fewer lanes)."""
     for npw in reversed(NNZ_PER_WARP):
-        if tasks / (npw * warps) > WAVE_FACTOR * full_wave:
+        if tasks / (npw * workers) > WAVE_FACTOR * full_wave:
             return npw
     return NNZ_PER_WARP[0]
 

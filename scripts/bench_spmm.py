@@ -9,8 +9,10 @@ Contestants (same process, same inputs; every timing includes allocating/zeroing
 per-call format work):
 - cusparse: ``torch.sparse.mm`` on a ``torch.sparse_csr_tensor`` (int32 indices) built once per graph;
 - pyg: ``out.index_add_(0, dst, x[src] * w)`` on a zeroed output (PyG's gather/scatter);
-- gespmm / gespmm_mean / gespmm_max / gar / gas: ``graphfuse.aggregate(graph, x, reduce=..., backend=...)``
-  (the graph's CSR/CSC and permuted weights are cached per graph, as in training).
+- gespmm / gespmm_mean / gespmm_max / gar / gas / hpspmm: ``graphfuse.aggregate(graph, x, reduce=...,
+  backend=...)`` (the graph's CSR/CSC and permuted weights are cached per graph, as in training);
+- es64: edge-sampled inference, ``graphfuse.aggregate(graph, x, sampling=EdgeSampling(64, "random"))``
+  (at most 64 in-edges per target; an approximation, timed for speed only).
 
 Timing: CUDA events around each call, median of ``--repeats`` (>= 20) runs after warm-up. Out of memory is
 recorded as null. Writes JSON (with device name and versions) and a markdown table.
@@ -35,7 +37,10 @@ import graphfuse
 from bench_graphs import read_edge_csv, read_mtx, rmat, write_report
 
 KS = [32, 41, 64, 128, 256, 602]
-OURS = ["gespmm", "gespmm_mean", "gespmm_max", "gar", "gas"]
+OURS = ["gespmm", "gespmm_mean", "gespmm_max", "gar", "gas", "hpspmm", "es64"]
+REPLAYED = ("cusparse", "gespmm", "hpspmm")
+HP_KS = ("32", "64", "128")  # HP-SpMM's acceptance widths
+ES_WIDTH = 64
 CONTESTANTS = ["cusparse", "pyg", *OURS]
 
 
@@ -149,6 +154,8 @@ def contestants(g: graphfuse.Graph, a: torch.Tensor, x: torch.Tensor, w: torch.T
         "gespmm_max": lambda: graphfuse.aggregate(g, x, reduce="max", backend="gespmm"),
         "gar": lambda: graphfuse.aggregate(g, x, reduce="sum", backend="gar"),
         "gas": lambda: graphfuse.aggregate(g, x, reduce="sum", backend="gas"),
+        "hpspmm": lambda: graphfuse.aggregate(g, x, reduce="sum", backend="hpspmm"),
+        "es64": lambda: graphfuse.aggregate(g, x, reduce="sum", sampling=graphfuse.EdgeSampling(ES_WIDTH, "random")),
     }
 
 
@@ -192,7 +199,7 @@ def bench_graph(name: str, ei: torch.Tensor, n: int, ks: list[int], repeats: int
             row["ms"][cname] = ms
             row["gflops"][cname] = None if ms is None else 2 * nnz * k / (ms * 1e-3) / 1e9
             row["floor_fraction"][cname] = None if ms is None else floor_ms / ms
-        row["graph_replay_ms"] = {c: graph_replay_ms(calls[c], repeats) for c in ("cusparse", "gespmm")}
+        row["graph_replay_ms"] = {c: graph_replay_ms(calls[c], repeats) for c in REPLAYED}
         record["results"][str(k)] = row
         x = xr = ref = got = calls = None
         torch.cuda.empty_cache()
@@ -265,6 +272,23 @@ def geomean(values: list[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
+def speedup(ms: dict, name: str) -> float | None:
+    """cuSPARSE time / ``name``'s time in one cell (None when either is missing)."""
+    return ms["cusparse"] / ms[name] if (ms.get("cusparse") and ms.get(name)) else None
+
+
+def hp_summary(graphs: list[dict]) -> dict:
+    """HP-SpMM vs cuSPARSE over the sampled-subgraph-sized and the skewed RMAT graphs at K = 32/64/128:
+    geometric mean per K, over all those cells, and the worst cell."""
+    cells = [(speedup(gr["results"][k]["ms"], "hpspmm"), gr["name"], int(k)) for gr in graphs
+             if gr["name"].startswith(("subgraph", "RMAT")) for k in HP_KS if k in gr["results"]]
+    cells = [c for c in cells if c[0]]
+    per_k = {k: geomean([c[0] for c in cells if c[2] == int(k)]) for k in HP_KS}
+    worst = min(cells, default=None)
+    return {"geomean_per_k": per_k, "geomean": geomean([c[0] for c in cells]),
+            "worst_cell": None if worst is None else {"speedup": worst[0], "graph": worst[1], "K": worst[2]}}
+
+
 def summarise(graphs: list[dict]) -> dict:
     summary: dict = {"geomean_speedup_vs_cusparse": {}, "worst_cell": None, "mean_over_sum": [], "max_over_sum": []}
     worst = None
@@ -288,6 +312,9 @@ def summarise(graphs: list[dict]) -> dict:
                 speedups.append(rep["cusparse"] / rep["gespmm"])
         replay[k] = geomean(speedups)
     summary["graph_replay_geomean_speedup_vs_cusparse"] = replay
+    summary["hpspmm"] = hp_summary(graphs)
+    summary["es"] = {gr["name"]: {k: speedup(row["ms"], "es64") for k, row in gr["results"].items()}
+                     for gr in graphs if gr["name"].startswith("RMAT s18 57M")}
     for gr in graphs:
         for k, row in gr["results"].items():
             ms = row["ms"]
@@ -317,21 +344,21 @@ def markdown(report: dict) -> str:
         "(graph) = the same call captured in a CUDA graph and replayed (GPU time without host launch cost; "
         "OOM also stands for 'not capturable')."),
         "",
-        ("| graph | nodes | nnz | K | cuSPARSE | GE-SpMM sum | x | mean | max | GAR | GAS | PyG | GFLOP/s | floor "
-        "| cuSPARSE (graph) | GE-SpMM (graph) |"),
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ("| graph | nodes | nnz | K | cuSPARSE | GE-SpMM sum | x | mean | max | GAR | GAS | HP-SpMM | x | "
+         f"ES S={ES_WIDTH} | x | PyG | GFLOP/s | floor | cuSPARSE (graph) | GE-SpMM (graph) | HP-SpMM (graph) |"),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for gr in report["graphs"]:
         for k, row in gr["results"].items():
             ms = row["ms"]
-            speed = (ms["cusparse"] / ms["gespmm"]) if (ms.get("cusparse") and ms.get("gespmm")) else None
+            replay = row.get("graph_replay_ms", {})
             lines.append(
                 f"| {gr['name']} | {gr['nodes']:,} | {gr['nnz']:,} | {k} | {fmt(ms['cusparse'])} | "
-                f"{fmt(ms['gespmm'])} | {fmt(speed, 2)} | {fmt(ms['gespmm_mean'])} | {fmt(ms['gespmm_max'])} | "
-                f"{fmt(ms['gar'])} | {fmt(ms['gas'])} | {fmt(ms['pyg'])} | {fmt(row['gflops']['gespmm'], 0)} | "
-                f"{fmt(row['floor_fraction']['gespmm'], 2)} | "
-                f"{fmt(row.get('graph_replay_ms', {}).get('cusparse'))} | "
-                f"{fmt(row.get('graph_replay_ms', {}).get('gespmm'))} |"
+                f"{fmt(ms['gespmm'])} | {fmt(speedup(ms, 'gespmm'), 2)} | {fmt(ms['gespmm_mean'])} | "
+                f"{fmt(ms['gespmm_max'])} | {fmt(ms['gar'])} | {fmt(ms['gas'])} | {fmt(ms.get('hpspmm'))} | "
+                f"{fmt(speedup(ms, 'hpspmm'), 2)} | {fmt(ms.get('es64'))} | {fmt(speedup(ms, 'es64'), 2)} | "
+                f"{fmt(ms['pyg'])} | {fmt(row['gflops']['gespmm'], 0)} | {fmt(row['floor_fraction']['gespmm'], 2)} | "
+                f"{fmt(replay.get('cusparse'))} | {fmt(replay.get('gespmm'))} | {fmt(replay.get('hpspmm'))} |"
             )
     s = report["summary"]
     lines += ["", "## Summary", ""]
@@ -345,6 +372,15 @@ def markdown(report: dict) -> str:
     for key in ("mean_over_sum", "max_over_sum"):
         if s[key]:
             lines.append(f"- {key.replace('_', ' ')}: max {s[key]['max']:.2f}, geomean {s[key]['geomean']:.2f}")
+    hp = s.get("hpspmm")
+    if hp and hp["geomean"]:
+        per_k = ", ".join(f"K={k} {fmt(v, 2)}x" for k, v in hp["geomean_per_k"].items())
+        w = hp["worst_cell"]
+        lines.append(f"- HP-SpMM vs cuSPARSE on the subgraph-sized and RMAT graphs, geometric mean {hp['geomean']:.2f}x "
+                     f"({per_k}); worst cell {w['speedup']:.2f}x on {w['graph']} at K={w['K']}")
+    for name, per_k in s.get("es", {}).items():
+        lines.append(f"- ES-SpMM S={ES_WIDTH} (random) vs cuSPARSE on {name}: " + ", ".join(
+            f"K={k} {fmt(v, 2)}x" for k, v in per_k.items()))
     if report.get("host_overhead_us"):
         lines.append("- host cost per call, Cora-sized graph, K=64 (us): " + ", ".join(
             f"{name} {value:.1f}" for name, value in report["host_overhead_us"].items()))

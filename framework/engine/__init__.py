@@ -14,6 +14,7 @@ from graphfuse.engine.dispatcher import (
     registered_backends,
     resolve,
     set_default_backend,
+    unregister_backend,
     use_backend,
 )
 from graphfuse.engine.edge_sampling import EdgeSampling, use_sampling
@@ -22,5 +23,5 @@ from graphfuse.engine.functional import REDUCES, aggregate, edge_softmax, sddmm
 __all__ = [
     "REDUCES", "Backend", "EdgeSampling", "aggregate", "edge_softmax", "gat_aggregate", "gat_attention", "gat_scores",
     "get_default_backend", "register_backend", "registered_backends", "resolve", "sddmm", "set_default_backend",
-    "use_backend", "use_sampling",
+    "unregister_backend", "use_backend", "use_sampling",
 ]

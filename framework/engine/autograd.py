@@ -18,6 +18,10 @@ Backends (all CUDA-only, float32/float64):
   and edge-weight gradients. Deterministic.
 - ``gas``: fuseGNN's fused GAS: edge-parallel atomics over the unsorted COO list (needs no CSR/CSC), sum and
   mean; max/min go through the GE-SpMM kernels (an atomic max cannot carry the argmax). Nondeterministic.
+- ``hpspmm``: HP-SpMM over the hybrid CSR/COO form (nonzeros split evenly across warps; atomics only on
+  rows cut between warps) forward and, over CSC, for the feature gradient; HP-SDDMM for the edge-weight
+  gradient. Sum/mean with one weight per edge; max/min and per-head weights go through GE-SpMM.
+  Nondeterministic.
 
 ``"auto"`` on CUDA (see :func:`choose`): ``gar`` when the edge weights need a gradient (the GAT case) and
 the graph is dense (average in-degree >= 32, where its fused backward pays); ``gas`` for sum/mean on very
@@ -42,6 +46,7 @@ from graphfuse.engine.dispatcher import Backend, register_backend
 from graphfuse.graph import Graph
 from graphfuse.kernels import gar as gar_kernels
 from graphfuse.kernels import gas as gas_kernels
+from graphfuse.kernels import hp_spmm as hp_spmm_kernels
 from graphfuse.kernels import runtime
 from graphfuse.kernels import sddmm as sddmm_kernels
 from graphfuse.kernels import spmm as spmm_kernels
@@ -93,6 +98,20 @@ def gespmm_plan(graph: Graph, fmt: str, x: Tensor, *, reduce: str = "sum", heads
         return spmm_kernels.GespmmPlan(ptr, _index32(graph, fmt), k=x.size(1), dtype=x.dtype, reduce=reduce,
                                        heads=heads, wmode=0 if not weighted else (1 if heads == 1 else 2),
                                        schedule=_schedule(graph, fmt), track=track, argmask=argmask)
+
+    return graph.cached(key, build)
+
+
+def hp_plan(graph: Graph, fmt: str, x: Tensor, *, reduce: str = "sum", weighted: bool = False
+            ) -> hp_spmm_kernels.HpSpmmPlan:
+    """The HP-SpMM plan over the graph's hybrid CSR (fmt="csr": per-entry target) or CSC (fmt="csc":
+    per-entry source) form for operands like ``x``, cached on the graph per configuration."""
+    key = ("kernels", "hp_plan", fmt, x.size(1), x.dtype, reduce, weighted)
+
+    def build() -> hp_spmm_kernels.HpSpmmPlan:
+        ptr, row = (graph.csr.rowptr, graph.csr.row) if fmt == "csr" else (graph.csc.colptr, graph.csc.col)
+        return hp_spmm_kernels.HpSpmmPlan(ptr, row, _index32(graph, fmt), k=x.size(1), dtype=x.dtype,
+                                          reduce=reduce, weighted=weighted)
 
     return graph.cached(key, build)
 
@@ -246,6 +265,32 @@ class GasAggregate(torch.autograd.Function):
         return None, dx, dw, None, None
 
 
+class HpSpmmAggregate(torch.autograd.Function):
+    """HP-SpMM aggregation (sum/mean, one weight per edge); the feature gradient by HP-SpMM over the CSC
+    hybrid form, the edge-weight gradient by HP-SDDMM. Nondeterministic (atomics on rows cut between
+    workers)."""
+
+    @staticmethod
+    def forward(ctx: Any, graph: Graph, x: Tensor, w: Tensor | None, reduce: str, heads: int) -> Tensor:
+        out = hp_plan(graph, "csr", x, reduce=reduce, weighted=w is not None)(x, _permuted(graph, w, "csr"))
+        ctx.graph, ctx.reduce = graph, reduce
+        ctx.save_for_backward(x, w)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad_out: Tensor) -> tuple:
+        x, w = ctx.saved_tensors
+        graph = ctx.graph
+        g = _scaled_grad(graph, grad_out, ctx.reduce)
+        dx = dw = None
+        if ctx.needs_input_grad[1]:
+            dx = hp_plan(graph, "csc", g, weighted=w is not None)(g, _permuted(graph, w, "csc"))
+        if w is not None and ctx.needs_input_grad[2]:
+            dw = _edge_dots(graph, g, x, 1)
+        return None, dx, dw, None, None
+
+
 def _scaled_grad(graph: Graph, grad_out: Tensor, reduce: str) -> Tensor:
     g = grad_out.contiguous()
     if reduce == "mean":
@@ -280,7 +325,7 @@ class Sddmm(torch.autograd.Function):
 
 
 # ------------------------------------------------------------------------------------------ engine ops
-_FUNCTIONS = {"gespmm": GespmmAggregate, "gar": GarAggregate, "gas": GasAggregate}
+_FUNCTIONS = {"gespmm": GespmmAggregate, "gar": GarAggregate, "gas": GasAggregate, "hpspmm": HpSpmmAggregate}
 
 
 class _NoGradContext:
@@ -306,7 +351,7 @@ def _aggregate(name: str, graph: Graph, x: Tensor, edge_weight: Tensor | None, r
     _check_dtype(name, x)
     x2, heads = _flatten(graph, x, edge_weight)
     fn = _FUNCTIONS[name]
-    if name == "gas" and reduce in ("max", "min"):
+    if (name == "gas" and reduce in ("max", "min")) or (name == "hpspmm" and (reduce in ("max", "min") or heads > 1)):
         fn = GespmmAggregate
     # run() inlined on the hottest call: the two tensors are known, the generic scan costs ~1 µs there
     if torch.is_grad_enabled() and (x.requires_grad or (edge_weight is not None and edge_weight.requires_grad)):
@@ -329,6 +374,11 @@ def gar_aggregate(graph: Graph, x: Tensor, edge_weight: Tensor | None = None, re
 def gas_aggregate(graph: Graph, x: Tensor, edge_weight: Tensor | None = None, reduce: str = "sum") -> Tensor:
     """Engine ``aggregate`` through fused GAS (see :func:`graphfuse.aggregate`); nondeterministic."""
     return _aggregate("gas", graph, x, edge_weight, reduce)
+
+
+def hpspmm_aggregate(graph: Graph, x: Tensor, edge_weight: Tensor | None = None, reduce: str = "sum") -> Tensor:
+    """Engine ``aggregate`` through HP-SpMM (see :func:`graphfuse.aggregate`); nondeterministic."""
+    return _aggregate("hpspmm", graph, x, edge_weight, reduce)
 
 
 def sddmm(graph: Graph, a: Tensor, b: Tensor, edge_weight: Tensor | None = None) -> Tensor:
@@ -384,12 +434,13 @@ def _supports(name: str):
 
 
 def register() -> None:
-    """Register the three kernel backends with the dispatcher (done once at ``import graphfuse``)."""
+    """Register the four kernel backends with the dispatcher (done once at ``import graphfuse``)."""
     common = {"sddmm": sddmm, "edge_softmax": edge_softmax}
     for name, fn, deterministic, priority in (
         ("gas", gas_aggregate, frozenset(), 30),
         ("gar", gar_aggregate, frozenset({"cuda"}), 20),
         ("gespmm", gespmm_aggregate, frozenset({"cuda"}), 10),
+        ("hpspmm", hpspmm_aggregate, frozenset(), 5),
     ):
         register_backend(Backend(
             name=name,

@@ -33,7 +33,10 @@ class Backend:
             floating-point atomics there).
         is_available: whether its runtime (e.g. CuPy) can be used here.
         priority: order among candidates for ``"auto"`` (higher first).
-        supports: optional predicate ``(op, **call) -> bool`` refining which calls it can take under "auto".
+        supports: optional predicate ``(op, **call) -> bool`` refining which calls it can take under "auto";
+            for ``aggregate`` it may look only at the graph, the dtype and rank of ``x``, the rank of
+            ``edge_weight`` and whether it needs a gradient, and ``reduce`` (the engine memoises the choice on
+            those: :func:`resolve_cached`).
     """
 
     name: str
@@ -48,6 +51,7 @@ class Backend:
 _REGISTRY: dict[str, Backend] = {}
 _BY_PRIORITY: list[Backend] = []  # _REGISTRY's values, highest priority first ("auto" walks this)
 _default_backend = "auto"
+_generation = 0  # bumped by every (un)registration: part of resolve_cached's keys
 
 
 def register_backend(backend: Backend) -> None:
@@ -55,8 +59,20 @@ def register_backend(backend: Backend) -> None:
     unknown = set(backend.ops) - set(OPS)
     if unknown:
         raise ValueError(f"register_backend: unknown ops {sorted(unknown)}; valid ops are {list(OPS)}")
+    global _generation
     _REGISTRY[backend.name] = backend
     _BY_PRIORITY[:] = sorted(_REGISTRY.values(), key=lambda b: -b.priority)
+    _generation += 1
+
+
+def unregister_backend(name: str) -> None:
+    """Remove the backend registered under ``name`` (ValueError if there is none)."""
+    global _generation
+    if name not in _REGISTRY:
+        raise ValueError(f"unregister_backend: unknown backend {name!r}; valid: {registered_backends()}")
+    del _REGISTRY[name]
+    _BY_PRIORITY[:] = sorted(_REGISTRY.values(), key=lambda b: -b.priority)
+    _generation += 1
 
 
 def registered_backends() -> list[str]:
@@ -130,3 +146,19 @@ def resolve(
             "for the CuPy kernels)"
         )
     return chosen.ops[op]
+
+
+def resolve_cached(cache: dict, signature: tuple, op: str, device: torch.device, backend: str | None = None,
+                   deterministic: bool | None = None, **call: Any) -> Callable[..., Any]:
+    """:func:`resolve`, memoised in ``cache`` (one per graph) under ``signature``: what, besides the registry,
+    the backend names and the determinism flag, decides the choice for this graph. The engine's ops pass
+    ``x``'s dtype and rank, the edge weights' rank and whether they need a gradient, and the reduce, so
+    ``supports`` predicates must depend on nothing else. On a small graph the walk over the candidates costs more host time than the
+    kernel; the memo turns it into one dictionary lookup."""
+    if deterministic is None:
+        deterministic = torch.are_deterministic_algorithms_enabled()
+    key = (op, _generation, _default_backend if backend is None else backend, deterministic, signature)
+    impl = cache.get(key)
+    if impl is None:
+        impl = cache[key] = resolve(op, device, backend, deterministic, **call)
+    return impl

@@ -92,9 +92,17 @@ def aggregate(
         sampling = edge_sampling.current_sampling()
     if sampling is not None:
         return _sampled(graph, x, edge_weight, reduce, backend, deterministic, sampling)
-    impl = dispatcher.resolve("aggregate", x.device, backend, deterministic,
-                              graph=graph, x=x, edge_weight=edge_weight, reduce=reduce)
+    impl = dispatcher.resolve_cached(graph.cached("dispatch", dict), _signature(x, edge_weight, reduce),
+                                     "aggregate", x.device, backend, deterministic,
+                                     graph=graph, x=x, edge_weight=edge_weight, reduce=reduce)
     return impl(graph, x, edge_weight, reduce)
+
+
+def _signature(x: Tensor, edge_weight: Tensor | None, reduce: str) -> tuple:
+    """What an aggregate call's backend choice depends on besides the graph (see dispatcher.resolve_cached)."""
+    if edge_weight is None:
+        return x.dtype, x.dim(), reduce
+    return x.dtype, x.dim(), reduce, edge_weight.dim(), edge_weight.requires_grad
 
 
 def _sampled(graph: Graph, x: Tensor, edge_weight: Tensor | None, reduce: str, backend: str | None,
@@ -104,8 +112,9 @@ def _sampled(graph: Graph, x: Tensor, edge_weight: Tensor | None, reduce: str, b
     if torch.is_grad_enabled() and (x.requires_grad or (edge_weight is not None and edge_weight.requires_grad)):
         raise ValueError("aggregate: sampling= is for inference (its edges are fixed per seed, its gradient would be "
                          "biased); run it under torch.no_grad() or torch.inference_mode(), or drop sampling=")
-    impl = dispatcher.resolve("sampled_aggregate", x.device, backend, deterministic,
-                              graph=graph, x=x, edge_weight=edge_weight, reduce=reduce)
+    impl = dispatcher.resolve_cached(graph.cached("dispatch", dict), _signature(x, edge_weight, reduce),
+                                     "sampled_aggregate", x.device, backend, deterministic,
+                                     graph=graph, x=x, edge_weight=edge_weight, reduce=reduce)
     return impl(graph, x, edge_weight, reduce, sampling)
 
 

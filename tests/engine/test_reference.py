@@ -123,7 +123,35 @@ def test_cuda_only_backend_refuses_cpu_tensors_and_auto_skips_it():
             graphfuse.aggregate(g, torch.randn(50, 4), backend="fake_cuda")
         assert resolve("aggregate", torch.device("cpu")) is reference.aggregate
     finally:
-        graphfuse.engine.dispatcher._REGISTRY.pop("fake_cuda")
+        graphfuse.engine.unregister_backend("fake_cuda")
+
+
+def test_auto_choice_is_memoised_per_graph_and_follows_the_registry():
+    calls = []
+
+    def only_max(op, **call):
+        calls.append(call["reduce"])
+        return call["reduce"] == "max"
+
+    def fake(graph, x, edge_weight, reduce):
+        return torch.full((graph.num_dst, x.size(1)), 7.0)
+
+    register_backend(Backend(name="fake_max", ops={"aggregate": fake}, devices=frozenset({"cpu"}), priority=10,
+                             supports=only_max))
+    g = make_graph_case("unsorted")
+    x = torch.randn(50, 4)
+    try:
+        for _ in range(3):
+            assert (graphfuse.aggregate(g, x, reduce="max") == 7).all()
+            assert torch.equal(graphfuse.aggregate(g, x), reference.aggregate(g, x))
+        assert calls == ["max", "sum"]  # asked once per signature, then memoised on the graph
+        with graphfuse.use_backend("reference"):  # the default backend is part of the memo's key
+            assert not (graphfuse.aggregate(g, x, reduce="max") == 7).all()
+    finally:
+        graphfuse.engine.unregister_backend("fake_max")
+    assert torch.equal(graphfuse.aggregate(g, x, reduce="max"), reference.aggregate(g, x, reduce="max"))
+    with pytest.raises(ValueError, match="unknown backend 'fake_max'"):
+        graphfuse.engine.unregister_backend("fake_max")
 
 
 def test_deterministic_request_and_default_backend():

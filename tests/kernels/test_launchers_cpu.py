@@ -212,3 +212,27 @@ def test_rows_are_split_only_past_the_minimum_degree():
     assert sched is not None and sched.long_rows.tolist() == [0]
     assert sched.seg_ptr.tolist()[:3] == [0, 64, 128]  # small graphs: 64-entry segments
     assert autograd._schedule(graphfuse.Graph(torch.empty(2, 0, dtype=torch.long), num_nodes=0), "csr") is None
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"x": torch.zeros(4, 3, dtype=torch.int32)}, TypeError, "hp_spmm: x must have dtype"),
+        ({"row": torch.zeros(5, dtype=torch.int64)}, ValueError, r"hp_spmm: row must have shape \(nnz=6,\)"),
+        ({"row": torch.zeros(6, dtype=torch.int32)}, TypeError, "hp_spmm: row must have dtype torch.int64"),
+        ({"col": torch.zeros(6, dtype=torch.int64)}, TypeError, "hp_spmm: col must have dtype torch.int32"),
+        ({"values": torch.ones(6, dtype=torch.float64)}, TypeError, "hp_spmm: values must have dtype torch.float32"),
+        ({"reduce": "max"}, ValueError, r"hp_spmm: reduce must be one of \['sum', 'mean'\]"),
+        ({}, ValueError, "hp_spmm: x must be a CUDA tensor; got a tensor on cpu"),
+    ],
+)
+def test_hp_spmm_validation(kwargs, error, match):
+    from graphfuse.kernels import hp_spmm
+
+    rowptr, col = _csr()
+    args = {"rowptr": rowptr, "row": torch.tensor([0, 0, 1, 2, 2, 3]), "col": col, "x": torch.zeros(4, 3),
+            "values": None}
+    args.update({k: v for k, v in kwargs.items() if k in args})
+    with pytest.raises(error, match=match):
+        hp_spmm.hp_spmm(args["rowptr"], args["row"], args["col"], args["x"], args["values"],
+                        **{k: v for k, v in kwargs.items() if k not in args})

@@ -1,0 +1,116 @@
+"""Launcher of HP-SpMM (hp_spmm.cu): sum / mean aggregation over the hybrid CSR/COO form, nonzeros split
+evenly across workers (Dynamic Task Partition), vectorised loads (Hierarchical Vectorized Memory Access).
+
+The same launcher serves the forward pass (CSR: rows = targets, ``row`` = per-entry target) and the feature
+gradient (CSC: rows = sources, ``row`` = per-entry source, gathering the output gradient). Rows cut by a
+worker boundary are added atomically into a zeroed output: results may differ run to run in the last bits.
+
+Dynamic Task Partition: NnzPerWarp (entries per worker) is the largest of ``sddmm.NNZ_PER_WARP`` that still
+leaves more than ``sddmm.WAVE_FACTOR`` full waves of blocks (SM count × the compiled kernel's occupancy).
+
+Shapes:
+    rowptr: (R + 1,) int64; row: (nnz,) int64; col: (nnz,) int32; x: (num_cols, K); values: (nnz,) or None
+    (in entry order) → out: (R, K).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch import Tensor
+
+from . import runtime as rt
+from . import sddmm, spmm
+
+FILE = "hp_spmm.cu"
+REDUCES = ("sum", "mean")
+
+
+class HpSpmmPlan:
+    """One HP-SpMM configuration with everything but the dense operands fixed (structure, K, dtype, reduce,
+    weighted or not, the task split): calling it zeroes the output and launches once. The engine caches plans
+    per graph; :func:`hp_spmm` builds a throwaway one. ``npw`` fixes NnzPerWarp (None: Dynamic Task
+    Partition). A misaligned ``x`` (a view into a larger tensor) is
+    served by a scalar-load twin plan, as in :class:`~graphfuse.kernels.spmm.GespmmPlan`."""
+
+    def __init__(self, rowptr: Tensor, row: Tensor, col: Tensor, *, k: int, dtype: torch.dtype,
+                 reduce: str = "sum", weighted: bool = False, vec: int | None = None,
+                 npw: int | None = None) -> None:
+        self.rowptr, self.row, self.col = rowptr, row, col
+        self.k, self.dtype, self.reduce, self.weighted = k, dtype, reduce, weighted
+        self.device = rowptr.device
+        self.num_rows = rowptr.numel() - 1
+        nnz = col.numel()
+        vec_, cf, group = spmm.config(k, dtype, vec)
+        self.align = vec_ * rt.itemsize(dtype)
+        self.unaligned: HpSpmmPlan | None = None
+        self.name, self.family = _names(rt.ctype(dtype), weighted, reduce == "mean", vec_, cf, group)
+        tiles = -(-k // (group * vec_ * cf)) if k else 0
+        self.npw = npw or sddmm.NNZ_PER_WARP[0]
+        if nnz and k and not npw:
+            index = self.device.index if self.device.index is not None else torch.cuda.current_device()
+            full = rt.full_wave(FILE, self.name, index, rt.BLOCK)
+            self.npw = sddmm.nnz_per_warp(nnz * tiles, full, workers=rt.BLOCK // group)
+        workers = -(-nnz // self.npw)
+        self.grid = (-(-workers // (rt.BLOCK // group)), tiles)
+        self.structure = (rt.ptr(rowptr), rt.ptr(row), rt.ptr(col))
+        self.sizes = (nnz, k, self.npw)
+
+    def __call__(self, x: Tensor, values: Tensor | None = None) -> Tensor:
+        """The aggregation of dense ``x`` (weighted by ``values`` when the plan is); shapes as in
+        :func:`hp_spmm`, unchecked."""
+        out = torch.zeros(self.num_rows, self.k, dtype=self.dtype, device=self.device)
+        if (x.data_ptr() | out.data_ptr()) % self.align:
+            if self.unaligned is None:
+                self.unaligned = HpSpmmPlan(self.rowptr, self.row, self.col, k=self.k, dtype=self.dtype,
+                                            reduce=self.reduce, weighted=self.weighted, vec=1, npw=self.npw)
+            return self.unaligned._launch(x, values, out)
+        return self._launch(x, values, out)
+
+    def _launch(self, x: Tensor, values: Tensor | None, out: Tensor) -> Tensor:
+        rt.launch(FILE, self.name, self.device, self.grid, (rt.BLOCK,), (
+            *self.structure, rt.ptr(values), x.data_ptr(), out.data_ptr(), *self.sizes), family=self.family)
+        return out
+
+
+def hp_spmm(rowptr: Tensor, row: Tensor, col: Tensor, x: Tensor, values: Tensor | None = None, *,
+            reduce: str = "sum") -> Tensor:
+    """``out[r] = reduce_{j in row r} values[j] * x[col[j]]`` (sum, or mean = sum / degree; 0 for empty rows).
+
+    Args:
+        rowptr: row offsets; row: the row of each entry (the hybrid form's COO half); col: gathered rows of x.
+        x: dense features; values: per-entry weights in entry order, or None (unweighted).
+        reduce: "sum" or "mean".
+    """
+    op = "hp_spmm"
+    if reduce not in REDUCES:
+        raise ValueError(f"{op}: reduce must be one of {list(REDUCES)}; got {reduce!r}")
+    rt.check_tensor(op, "x", x, dtypes=rt.FLOAT_DTYPES, ndim=2)
+    rt.check_tensor(op, "rowptr", rowptr, dtypes=(torch.int64,), ndim=1)
+    if rowptr.numel() < 1:
+        raise ValueError(f"{op}: rowptr must have at least one element (R + 1); got shape {tuple(rowptr.shape)}")
+    nnz = col.numel()
+    rt.check_tensor(op, "col", col, dtypes=(torch.int32,), ndim=1)
+    rt.check_tensor(op, "row", row, dtypes=(torch.int64,), ndim=1, shape=(nnz,), shape_text=f"(nnz={nnz},)")
+    if values is not None:
+        rt.check_tensor(op, "values", values, dtypes=(x.dtype,), ndim=1, shape=(nnz,), shape_text=f"(nnz={nnz},)")
+    rt.check_devices(op, {"x": x, "rowptr": rowptr, "row": row, "col": col, "values": values})
+    plan = HpSpmmPlan(rowptr, row, col, k=x.size(1), dtype=x.dtype, reduce=reduce, weighted=values is not None)
+    return plan(x, values)
+
+
+@functools.cache
+def _names(t: str, weighted: bool, mean: bool, vec: int, cf: int, group: int) -> tuple[str, tuple[str, ...]]:
+    """(kernel name, family): the family compiles the weighted/unweighted × sum/mean siblings together."""
+    name = f"hp_spmm<{t}, {rt.cbool(weighted)}, {rt.cbool(mean)}, {vec}, {cf}, {group}>"
+    family = tuple(f"hp_spmm<{t}, {w}, {m}, {vec}, {cf}, {group}>" for w in ("false", "true")
+                   for m in ("false", "true"))
+    return name, family
+
+
+def instances() -> list[str]:
+    """Representative template instances (compiled by the CPU test with nvcc)."""
+    return [f"hp_spmm<{t}, {w}, {m}, {vec}, {cf}, {group}>" for t in ("float", "double")
+            for w in ("false", "true") for m in ("false", "true")
+            for vec, cf, group in ((1, 1, 1), (1, 1, 8), (1, 2, 32), (4, 2, 32), (2, 4, 32))]

@@ -44,6 +44,7 @@ from torch.autograd.function import once_differentiable
 
 from graphfuse.engine.dispatcher import Backend, register_backend
 from graphfuse.graph import Graph
+from graphfuse.kernels import es_spmm as es_kernels
 from graphfuse.kernels import gar as gar_kernels
 from graphfuse.kernels import gas as gas_kernels
 from graphfuse.kernels import hp_spmm as hp_spmm_kernels
@@ -91,15 +92,16 @@ def gespmm_plan(graph: Graph, fmt: str, x: Tensor, *, reduce: str = "sum", heads
                 track: bool = False, argmask: bool = False) -> spmm_kernels.GespmmPlan:
     """The GE-SpMM plan over the graph's CSR (fmt="csr") or CSC (fmt="csc") for operands like ``x``, cached
     on the graph per configuration (built once; each call then only allocates and launches)."""
-    key = ("kernels", "plan", fmt, x.size(1), x.dtype, reduce, heads, weighted, track, argmask)
-
-    def build() -> spmm_kernels.GespmmPlan:
+    plans = graph.cached(("kernels", "plans"), dict)
+    key = (fmt, x.size(1), x.dtype, reduce, heads, weighted, track, argmask)
+    plan = plans.get(key)
+    if plan is None:
         ptr = graph.csr.rowptr if fmt == "csr" else graph.csc.colptr
-        return spmm_kernels.GespmmPlan(ptr, _index32(graph, fmt), k=x.size(1), dtype=x.dtype, reduce=reduce,
-                                       heads=heads, wmode=0 if not weighted else (1 if heads == 1 else 2),
-                                       schedule=_schedule(graph, fmt), track=track, argmask=argmask)
-
-    return graph.cached(key, build)
+        plan = plans[key] = spmm_kernels.GespmmPlan(
+            ptr, _index32(graph, fmt), k=x.size(1), dtype=x.dtype, reduce=reduce, heads=heads,
+            wmode=0 if not weighted else (1 if heads == 1 else 2), schedule=_schedule(graph, fmt), track=track,
+            argmask=argmask)
+    return plan
 
 
 def hp_plan(graph: Graph, fmt: str, x: Tensor, *, reduce: str = "sum", weighted: bool = False
@@ -381,6 +383,19 @@ def hpspmm_aggregate(graph: Graph, x: Tensor, edge_weight: Tensor | None = None,
     return _aggregate("hpspmm", graph, x, edge_weight, reduce)
 
 
+def sampled_aggregate(graph: Graph, x: Tensor, edge_weight: Tensor | None, reduce: str, sampling: Any) -> Tensor:
+    """Engine ``sampled_aggregate`` (edge-sampled inference) through the ES-SpMM kernel: the kept entries of
+    :func:`graphfuse.engine.edge_sampling.kept_entries`, chosen inside the kernel. One weight per edge."""
+    _check_dtype("sampled_aggregate", x)
+    x2, heads = _flatten(graph, x, edge_weight)
+    if heads > 1:
+        raise ValueError("aggregate: the ES-SpMM kernel takes one weight per edge; got per-head weights of shape "
+                         f"{tuple(edge_weight.shape)} (use backend='reference' for sampled per-head aggregation)")
+    out = es_kernels.es_spmm(graph.csr.rowptr, _index32(graph, "csr"), x2, _permuted(graph, edge_weight, "csr"),
+                             width=sampling.width, strategy=sampling.strategy, seed=sampling.seed, reduce=reduce)
+    return out if x.dim() == 2 else out.view(graph.num_dst, *x.shape[1:])
+
+
 def sddmm(graph: Graph, a: Tensor, b: Tensor, edge_weight: Tensor | None = None) -> Tensor:
     """Engine ``sddmm`` through HP-SDDMM (see :func:`graphfuse.sddmm`). Deterministic."""
     _check_dtype("sddmm", a)
@@ -427,6 +442,9 @@ def _supports(name: str):
             choice = choose(call["graph"], call["x"], call.get("edge_weight"), call["reduce"])
             # gespmm is the fallback of the others (e.g. when determinism excludes gas).
             return choice == name or (name == "gespmm" and choice is not None)
+        if op == "sampled_aggregate":  # one kernel serves every backend name; "auto" reaches it through gespmm
+            w = call.get("edge_weight")
+            return name == "gespmm" and call["x"].dtype in SUPPORTED_DTYPES and (w is None or w.dim() == 1)
         tensor = call.get("a", call.get("scores"))
         return name == "gespmm" and tensor is not None and tensor.dtype in SUPPORTED_DTYPES
 
@@ -435,7 +453,7 @@ def _supports(name: str):
 
 def register() -> None:
     """Register the four kernel backends with the dispatcher (done once at ``import graphfuse``)."""
-    common = {"sddmm": sddmm, "edge_softmax": edge_softmax}
+    common = {"sddmm": sddmm, "edge_softmax": edge_softmax, "sampled_aggregate": sampled_aggregate}
     for name, fn, deterministic, priority in (
         ("gas", gas_aggregate, frozenset(), 30),
         ("gar", gar_aggregate, frozenset({"cuda"}), 20),

@@ -119,7 +119,7 @@ def test_bad_settings(kwargs, match):
         EdgeSampling(**kwargs)
 
 
-def test_refuses_gradients_wrong_types_and_kernel_backends():
+def test_refuses_gradients_wrong_types_and_cpu_tensors_on_kernel_backends():
     g = hub_graph()
     x = torch.randn(g.num_src, 3, requires_grad=True)
     with pytest.raises(ValueError, match="sampling= is for inference"):
@@ -128,7 +128,7 @@ def test_refuses_gradients_wrong_types_and_kernel_backends():
         assert graphfuse.aggregate(g, x, sampling=EdgeSampling()).shape == (g.num_dst, 3)
     with pytest.raises(TypeError, match="sampling must be a graphfuse.EdgeSampling"):
         graphfuse.aggregate(g, x.detach(), sampling=64)
-    with pytest.raises(ValueError, match="does not implement sampled_aggregate"):
+    with pytest.raises(ValueError, match="backend 'gespmm' runs on \\['cuda'\\] tensors"):
         graphfuse.aggregate(g, x.detach(), sampling=EdgeSampling(), backend="gespmm")
 
 

@@ -7,7 +7,9 @@
 // full-wave size) and a column tile of GROUP * VEC * CF columns (grid.y walks the tiles). The worker loads
 // GROUP (row, col, weight) triples with one coalesced access and broadcasts them with shuffles; every lane
 // accumulates VEC-wide vectors (Hierarchical Vectorized Memory Access: the widest vector K and the pointers
-// allow) of CF column chunks in registers while the row stays the same. At a row switch the worker flushes:
+// allow) of CF column chunks in registers while the row stays the same: the GROUP entries split into runs of
+// one row (a ballot of the lanes whose row differs from their predecessor's), and each run is a branch-free,
+// unrolled loop with several gathers in flight. At a row switch the worker flushes:
 // a row that lies wholly inside the worker's entries is stored (no other worker touches it), a row cut by a
 // worker boundary is added atomically into the zeroed output. Empty rows keep the zeros. Mean scales each
 // flush by 1 / degree. Rows shared by two workers make the result run-to-run nondeterministic in the last
@@ -75,24 +77,36 @@ __global__ void __launch_bounds__(256) hp_spmm(
       if (WEIGHTED) my_w = val[j];
     }
     const int n = (int)min((i64)GROUP, end - j0);
-    for (int t = 0; t < n; ++t) {
+    // Lanes whose entry starts a new row (its predecessor in the chunk has another row): the chunk splits
+    // into runs of one row each; a run is accumulated by a branch-free loop (unrolled, several gathers in
+    // flight), the row check happens once per run.
+    const i64 prev_r = __shfl_up_sync(mask, my_r, 1, GROUP);
+    const unsigned starts =
+        (__ballot_sync(mask, gl > 0 && gl < n && my_r != prev_r) >> (threadIdx.x & 31 & ~(GROUP - 1))) |
+        1u;  // bit t: entry t of the chunk opens a run (entry 0 always does)
+    for (int t = 0; t < n;) {
+      const unsigned later = t + 1 < 32 ? starts >> (t + 1) : 0u;  // run starts after t
+      const int stop = later ? min(n, t + __ffs(later)) : n;  // the run is [t, stop)
       const i64 r = __shfl_sync(mask, my_r, t, GROUP);
-      const int c = __shfl_sync(mask, my_c, t, GROUP);
-      T w = T(1);
-      if (WEIGHTED) w = __shfl_sync(mask, my_w, t, GROUP);
       if (r != cur) {  // group uniform
         hp_flush<T, VEC, CF>(out, rowptr, cur, begin, end, acc, MEAN, K, k_base, gl, GROUP);
         cur = r;
       }
-      const T* xr = x + (i64)c * K;
+#pragma unroll 8
+      for (; t < stop; ++t) {
+        const int c = __shfl_sync(mask, my_c, t, GROUP);
+        T w = T(1);
+        if (WEIGHTED) w = __shfl_sync(mask, my_w, t, GROUP);
+        const T* xr = x + (i64)c * K;
 #pragma unroll
-      for (int f = 0; f < CF; ++f) {
-        const i64 k = k_base + ((i64)f * GROUP + gl) * VEC;
-        if (k < K) {
-          T v[VEC];
-          gf_load<T, VEC>(xr + k, v);
+        for (int f = 0; f < CF; ++f) {
+          const i64 k = k_base + ((i64)f * GROUP + gl) * VEC;
+          if (k < K) {
+            T v[VEC];
+            gf_load<T, VEC>(xr + k, v);
 #pragma unroll
-          for (int i = 0; i < VEC; ++i) acc[f][i] += w * v[i];
+            for (int i = 0; i < VEC; ++i) acc[f][i] += w * v[i];
+          }
         }
       }
     }

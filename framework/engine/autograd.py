@@ -57,6 +57,7 @@ GAR_MIN_DEGREE = 32.0
 GAS_MAX_DEGREE = 2.0
 SMALL_GRAPH_EDGES = 1 << 22
 SPLIT_MIN_DEGREE = 256
+SMALL_SEGMENT, LARGE_SEGMENT = 64, 256  # row-split segment lengths below / above SMALL_GRAPH_EDGES
 
 
 # ------------------------------------------------------------------------------------------ graph caches
@@ -83,7 +84,7 @@ def _schedule(graph: Graph, fmt: str) -> spmm_kernels.RowSchedule | None:
         if degree.numel() == 0 or int(degree.max()) <= SPLIT_MIN_DEGREE:
             return None
         ptr = graph.csr.rowptr if fmt == "csr" else graph.csc.colptr
-        return spmm_kernels.row_schedule(ptr, 64 if graph.num_edges < SMALL_GRAPH_EDGES else 256)
+        return spmm_kernels.row_schedule(ptr, SMALL_SEGMENT if graph.num_edges < SMALL_GRAPH_EDGES else LARGE_SEGMENT)
 
     return graph.cached(("kernels", "schedule", fmt), build)
 

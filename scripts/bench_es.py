@@ -7,9 +7,9 @@ strategy. Every ``aggregate`` of the model is sampled (GCN, GraphSAGE, GraphSAIN
 accuracy, its change against the unsampled model, and the median wall time of the forward pass (synchronised,
 after warm-up) with its speedup.
 
-The sampled path runs the engine's ``sampled_aggregate`` op: today the plain-PyTorch reference on every device
-(the ES-SpMM CUDA kernel is not written yet), so the times say what the reference costs, not what the kernel
-will; the accuracies are those of the kernel-to-be (it must pick the same entries).
+The sampled path runs the engine's ``sampled_aggregate`` op: the ES-SpMM kernel on CUDA (kernels/es_spmm.cu),
+the plain-PyTorch reference on CPU; both keep the same entries, so the accuracies agree and only the times say
+which device ran.
 
 Usage:
     python scripts/bench_es.py --experiments gcn_facebook "gcn_facebook model=sage model.aggr=mean" \\
@@ -87,10 +87,11 @@ def bench_experiment(spec: str, overrides: list[str], runs_dir: Path, widths: li
 
 def markdown(report: dict) -> str:
     lines = ["# Edge-sampled inference (ES-SpMM semantics)", "",
-             f"{report['date']}, torch {report['torch']}. Test accuracy of the best checkpoint with every aggregation "
-             "sampled to at most S in-edges per node; Δ in points against the unsampled model; forward = one eval "
-             "pass (median wall ms). The sampled path is the engine's plain-PyTorch reference until the ES-SpMM "
-             "kernel exists, so its times are not the kernel's.", ""]
+             f"{report['date']}, torch {report['torch']}{', ' + report['gpu'] if report.get('gpu') else ''}. Test "
+             "accuracy of the best checkpoint with every aggregation sampled to at most S in-edges per node; Δ in "
+             "points against the unsampled model; forward = one eval pass (median wall ms, synchronised). On CUDA "
+             "the sampled path is the ES-SpMM kernel and the unsampled one the default (\"auto\") backend; on CPU "
+             "both are the plain-PyTorch reference.", ""]
     for r in report["experiments"]:
         lines += [f"## {r['experiment']} ({r['model']} on {r['dataset']}, {r['device']})", "",
                   f"{r['nodes']:,} nodes, {r['edges']:,} edges, mean in-degree {r['mean_in_degree']:.1f}, max "
@@ -124,7 +125,7 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="config overrides applied to every experiment")
     args = parser.parse_args()
     report = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "torch": torch.__version__,
-              "experiments": []}
+              "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None, "experiments": []}
     for spec in args.experiments:
         report["experiments"].append(bench_experiment(spec, args.overrides, args.runs_dir, args.widths))
         write_report(report, args.out, args.md, markdown)

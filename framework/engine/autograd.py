@@ -56,8 +56,8 @@ SUPPORTED_DTYPES = (torch.float32, torch.float64)
 GAR_MIN_DEGREE = 32.0
 GAS_MAX_DEGREE = 2.0
 SMALL_GRAPH_EDGES = 1 << 22
-SPLIT_MIN_DEGREE = 256
-SMALL_SEGMENT, LARGE_SEGMENT = 64, 256  # row-split segment lengths below / above SMALL_GRAPH_EDGES
+SPLIT_MIN_DEGREE = 64
+SMALL_SEGMENT, LARGE_SEGMENT = 32, 256  # row-split segment lengths below / above SMALL_GRAPH_EDGES
 
 
 # ------------------------------------------------------------------------------------------ graph caches
@@ -74,11 +74,11 @@ def _index32(graph: Graph, fmt: str) -> Tensor:
 
 
 def _schedule(graph: Graph, fmt: str) -> spmm_kernels.RowSchedule | None:
-    """Row splitting for GE-SpMM, only for graphs with a row longer than ``SPLIT_MIN_DEGREE``: short segments
-    (64 entries) on small graphs, where the longest warp is the critical path of a ~20 us kernel; 256 on large
-    ones, where it only needs to tame hubs. Below that degree the second (combine) launch costs more host time
-    than the longest warp costs GPU time (H200: Cora and PubMed, max in-degree ~170, ran ~10% faster eager
-    unsplit; Facebook, 709, and the RMAT subgraphs ran fastest with 64)."""
+    """Row splitting for GE-SpMM, only for graphs with a row longer than ``SPLIT_MIN_DEGREE`` entries: short
+    segments (``SMALL_SEGMENT``) on small graphs, where the longest warp is the critical path of a ~20 us
+    kernel; ``LARGE_SEGMENT`` on large ones, where it only needs to tame hubs. H100, CUDA-graph replay (GPU
+    time): Cora and PubMed (max in-degree ~170) took 17-21 us split past 64 into 32-entry segments against
+    23-57 us unsplit at K = 64-256; Facebook and the RMAT subgraphs were 2-10x slower unsplit."""
     def build() -> spmm_kernels.RowSchedule | None:
         degree = graph.in_degree if fmt == "csr" else graph.out_degree
         if degree.numel() == 0 or int(degree.max()) <= SPLIT_MIN_DEGREE:

@@ -210,7 +210,8 @@ def test_rows_are_split_only_past_the_minimum_degree():
     assert autograd._schedule(star(autograd.SPLIT_MIN_DEGREE), "csr") is None
     sched = autograd._schedule(star(autograd.SPLIT_MIN_DEGREE + 1), "csr")
     assert sched is not None and sched.long_rows.tolist() == [0]
-    assert sched.seg_ptr.tolist()[:3] == [0, 64, 128]  # small graphs: 64-entry segments
+    step = autograd.SMALL_SEGMENT  # small graphs: short segments
+    assert sched.seg_ptr.tolist()[:3] == [0, step, 2 * step]
     assert autograd._schedule(graphfuse.Graph(torch.empty(2, 0, dtype=torch.long), num_nodes=0), "csr") is None
 
 

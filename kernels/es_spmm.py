@@ -56,6 +56,44 @@ def seed_mix(seed: int) -> int:
     return z - (1 << 64) if z >= 1 << 63 else z
 
 
+class EsSpmmPlan(rt.Plan):
+    """One ES-SpMM configuration with everything but the dense operands fixed (structure, K, dtype, reduce,
+    weighted or not, width, strategy, seed): calling it allocates the output and launches once. The engine
+    caches plans per graph and sampling; :func:`es_spmm` validates and builds a throwaway one. A misaligned
+    ``x`` is served by a scalar-load twin (:class:`~graphfuse.kernels.runtime.Plan`)."""
+
+    def __init__(self, rowptr: Tensor, col: Tensor, *, k: int, dtype: torch.dtype, reduce: str, weighted: bool,
+                 width: int, strategy: str, seed: int, vec: int | None = None) -> None:
+        self.rowptr, self.col, self.k, self.dtype, self.reduce, self.weighted = rowptr, col, k, dtype, reduce, weighted
+        self.width, self.strategy, self.seed, self.device = width, strategy, seed, rowptr.device
+        self.num_rows = rowptr.numel() - 1
+        vec_, cf = config(k, dtype, vec)
+        self.align = vec_ * rt.itemsize(dtype)
+        self.name, self.family = _names(rt.ctype(dtype), REDUCE_CODES[reduce], weighted, STRATEGY_CODES[strategy],
+                                        vec_, cf)
+        self.grid = (-(-self.num_rows // WARPS), -(-k // (32 * vec_ * cf)))
+        self.shared = shared_bytes(width, dtype, weighted, strategy)
+        self.sizes = (self.num_rows, k, width, seed_mix(seed))
+
+    def __call__(self, x: Tensor, values: Tensor | None = None) -> Tensor:
+        """The sampled aggregation of dense ``x`` (weighted by ``values`` when the plan is); shapes as in
+        :func:`es_spmm`, unchecked."""
+        out = torch.empty(self.num_rows, self.k, dtype=self.dtype, device=self.device)
+        if self.num_rows == 0 or self.k == 0:
+            return out
+        return self._for(x, out)._launch(x, values, out)
+
+    def _scalar_twin(self) -> EsSpmmPlan:
+        return EsSpmmPlan(self.rowptr, self.col, k=self.k, dtype=self.dtype, reduce=self.reduce,
+                          weighted=self.weighted, width=self.width, strategy=self.strategy, seed=self.seed, vec=1)
+
+    def _launch(self, x: Tensor, values: Tensor | None, out: Tensor) -> Tensor:
+        rt.launch(FILE, self.name, self.device, self.grid, (rt.BLOCK,), (
+            rt.ptr(self.rowptr), rt.ptr(self.col), rt.ptr(values), x.data_ptr(), out.data_ptr(), *self.sizes),
+            shared_mem=self.shared, family=self.family)
+        return out
+
+
 def es_spmm(
     rowptr: Tensor,
     col: Tensor,
@@ -82,20 +120,10 @@ def es_spmm(
     Returns:
         out (R, K), x's dtype.
     """
-    device = _check(rowptr, col, x, values, width, strategy, seed, reduce)
-    rows, k = rowptr.numel() - 1, x.size(1)
-    out = torch.empty(rows, k, dtype=x.dtype, device=device)
-    if rows == 0 or k == 0:
-        return out
-    vec = rt.vector_width(k, x.dtype, [x, out]) if k >= 32 else 1
-    vec, cf = config(k, x.dtype, vec)
-    weighted = values is not None
-    name, family = _names(rt.ctype(x.dtype), REDUCE_CODES[reduce], weighted, STRATEGY_CODES[strategy], vec, cf)
-    grid = (-(-rows // WARPS), -(-k // (32 * vec * cf)))
-    rt.launch(FILE, name, device, grid, (rt.BLOCK,), (
-        rt.ptr(rowptr), rt.ptr(col), rt.ptr(values), x.data_ptr(), out.data_ptr(), rt.i64(rows), rt.i64(k),
-        rt.i64(width), seed_mix(seed)), shared_mem=shared_bytes(width, x.dtype, weighted, strategy), family=family)
-    return out
+    _check(rowptr, col, x, values, width, strategy, seed, reduce)
+    plan = EsSpmmPlan(rowptr, col, k=x.size(1), dtype=x.dtype, reduce=reduce, weighted=values is not None,
+                      width=width, strategy=strategy, seed=seed)
+    return plan(x, values)
 
 
 def _check(rowptr: Tensor, col: Tensor, x: Tensor, values: Tensor | None, width: int, strategy: str, seed: int,

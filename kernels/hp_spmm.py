@@ -27,7 +27,7 @@ FILE = "hp_spmm.cu"
 REDUCES = ("sum", "mean")
 
 
-class HpSpmmPlan:
+class HpSpmmPlan(rt.Plan):
     """One HP-SpMM configuration with everything but the dense operands fixed (structure, K, dtype, reduce,
     weighted or not, the task split): calling it zeroes the output and launches once. The engine caches plans
     per graph; :func:`hp_spmm` builds a throwaway one. ``npw`` fixes NnzPerWarp (None: Dynamic Task
@@ -44,7 +44,6 @@ class HpSpmmPlan:
         nnz = col.numel()
         vec_, cf, group = spmm.config(k, dtype, vec)
         self.align = vec_ * rt.itemsize(dtype)
-        self.unaligned: HpSpmmPlan | None = None
         self.name, self.family = _names(rt.ctype(dtype), weighted, reduce == "mean", vec_, cf, group)
         tiles = -(-k // (group * vec_ * cf)) if k else 0
         self.npw = npw or sddmm.NNZ_PER_WARP[0]
@@ -61,12 +60,11 @@ class HpSpmmPlan:
         """The aggregation of dense ``x`` (weighted by ``values`` when the plan is); shapes as in
         :func:`hp_spmm`, unchecked."""
         out = torch.zeros(self.num_rows, self.k, dtype=self.dtype, device=self.device)
-        if (x.data_ptr() | out.data_ptr()) % self.align:
-            if self.unaligned is None:
-                self.unaligned = HpSpmmPlan(self.rowptr, self.row, self.col, k=self.k, dtype=self.dtype,
-                                            reduce=self.reduce, weighted=self.weighted, vec=1, npw=self.npw)
-            return self.unaligned._launch(x, values, out)
-        return self._launch(x, values, out)
+        return self._for(x, out)._launch(x, values, out)
+
+    def _scalar_twin(self) -> HpSpmmPlan:
+        return HpSpmmPlan(self.rowptr, self.row, self.col, k=self.k, dtype=self.dtype, reduce=self.reduce,
+                          weighted=self.weighted, vec=1, npw=self.npw)
 
     def _launch(self, x: Tensor, values: Tensor | None, out: Tensor) -> Tensor:
         rt.launch(FILE, self.name, self.device, self.grid, (rt.BLOCK,), (

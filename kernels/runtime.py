@@ -189,6 +189,26 @@ def _driver() -> Any:
     return _cupy().cuda.driver
 
 
+class Plan:
+    """Base of the launch plans (GE-SpMM, HP-SpMM, ES-SpMM): a configuration fixed once, whose kernel reads the
+    dense operand and writes the output with vector loads of ``align`` bytes. :meth:`_for` returns the plan to
+    launch for given operands: this one when both are aligned (always, for tensors fresh from PyTorch's
+    allocator), else a scalar-load twin (``_scalar_twin()``, built on first need) for a misaligned view."""
+
+    align = 1
+    unaligned: Any = None
+
+    def _for(self, x: Tensor, out: Tensor) -> Any:
+        if (x.data_ptr() | out.data_ptr()) % self.align == 0:
+            return self
+        if self.unaligned is None:
+            self.unaligned = self._scalar_twin()
+        return self.unaligned
+
+    def _scalar_twin(self) -> Any:  # pragma: no cover - every plan overrides it
+        raise NotImplementedError
+
+
 @functools.cache
 def full_wave(filename: str, name: str, device_index: int, block: int) -> int:
     """Blocks of ``name`` the whole GPU runs at once: SM count × the kernel's occupancy (active blocks per

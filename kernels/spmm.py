@@ -82,7 +82,7 @@ def config(k: int, dtype: torch.dtype, vec: int | None = None) -> tuple[int, int
     return vec, min(4, rt.next_pow2(-(-k // (32 * vec)))), 32
 
 
-class GespmmPlan:
+class GespmmPlan(rt.Plan):
     """One GE-SpMM configuration with everything but the dense operands fixed: the structure (``rowptr``,
     ``col``, ``schedule``), the width K, dtype, reduce, heads and weight mode. Calling it allocates the outputs
     and launches: the few microseconds of host work a small graph pays per aggregation. The engine caches
@@ -102,7 +102,6 @@ class GespmmPlan:
         self.num_rows = rowptr.numel() - 1
         vec_, cf, group = config(k, dtype, vec)
         self.align = vec_ * rt.itemsize(dtype)
-        self.unaligned: GespmmPlan | None = None
         num_segs = self.num_rows if schedule is None else schedule.seg_row.numel()
         self.name, self.combine, self.family = _names(rt.ctype(dtype), REDUCE_CODES[reduce], wmode, vec_, cf,
                                                       group, argmask, track)
@@ -120,13 +119,11 @@ class GespmmPlan:
         arg = torch.empty(self.num_rows, self.k, dtype=torch.int64, device=self.device) if self.track else None
         if self.num_rows == 0 or self.k == 0:
             return out, arg
-        if (x.data_ptr() | out.data_ptr()) % self.align:
-            if self.unaligned is None:
-                self.unaligned = GespmmPlan(self.rowptr, self.col, k=self.k, dtype=self.dtype, reduce=self.reduce,
-                                            heads=self.heads, wmode=self.wmode, schedule=self.schedule,
-                                            track=self.track, argmask=self.argmask, vec=1)
-            return self.unaligned._launch(x, values, edge_id, gather_arg, out, arg)
-        return self._launch(x, values, edge_id, gather_arg, out, arg)
+        return self._for(x, out)._launch(x, values, edge_id, gather_arg, out, arg)
+
+    def _scalar_twin(self) -> GespmmPlan:
+        return GespmmPlan(self.rowptr, self.col, k=self.k, dtype=self.dtype, reduce=self.reduce, heads=self.heads,
+                          wmode=self.wmode, schedule=self.schedule, track=self.track, argmask=self.argmask, vec=1)
 
     def _launch(self, x: Tensor, values: Tensor | None, edge_id: Tensor | None, gather_arg: Tensor | None,
                 out: Tensor, arg: Tensor | None) -> tuple[Tensor, Tensor | None]:

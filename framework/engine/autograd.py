@@ -386,14 +386,22 @@ def hpspmm_aggregate(graph: Graph, x: Tensor, edge_weight: Tensor | None = None,
 
 def sampled_aggregate(graph: Graph, x: Tensor, edge_weight: Tensor | None, reduce: str, sampling: Any) -> Tensor:
     """Engine ``sampled_aggregate`` (edge-sampled inference) through the ES-SpMM kernel: the kept entries of
-    :func:`graphfuse.engine.edge_sampling.kept_entries`, chosen inside the kernel. One weight per edge."""
+    :func:`graphfuse.engine.edge_sampling.kept_entries`, chosen inside the kernel, with an
+    :class:`~graphfuse.kernels.es_spmm.EsSpmmPlan` cached on the graph per configuration and sampling. One
+    weight per edge."""
     _check_dtype("sampled_aggregate", x)
     x2, heads = _flatten(graph, x, edge_weight)
     if heads > 1:
         raise ValueError("aggregate: the ES-SpMM kernel takes one weight per edge; got per-head weights of shape "
                          f"{tuple(edge_weight.shape)} (use backend='reference' for sampled per-head aggregation)")
-    out = es_kernels.es_spmm(graph.csr.rowptr, _index32(graph, "csr"), x2, _permuted(graph, edge_weight, "csr"),
-                             width=sampling.width, strategy=sampling.strategy, seed=sampling.seed, reduce=reduce)
+    plans = graph.cached(("kernels", "plans"), dict)
+    key = ("es", x2.size(1), x2.dtype, reduce, edge_weight is not None, sampling)
+    plan = plans.get(key)
+    if plan is None:
+        plan = plans[key] = es_kernels.EsSpmmPlan(
+            graph.csr.rowptr, _index32(graph, "csr"), k=x2.size(1), dtype=x2.dtype, reduce=reduce,
+            weighted=edge_weight is not None, width=sampling.width, strategy=sampling.strategy, seed=sampling.seed)
+    out = plan(x2, _permuted(graph, edge_weight, "csr"))
     return out if x.dim() == 2 else out.view(graph.num_dst, *x.shape[1:])
 
 

@@ -139,11 +139,7 @@ def _check(rowptr: Tensor, col: Tensor, x: Tensor, values: Tensor | None, width:
         raise ValueError(f"{op}: width must be an int in [1, {MAX_WIDTH}]; got {width!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
         raise ValueError(f"{op}: seed must be an int in [0, 2**63); got {seed!r}")
-    rt.check_tensor(op, "x", x, dtypes=rt.FLOAT_DTYPES, ndim=2)
-    rt.check_tensor(op, "rowptr", rowptr, dtypes=(torch.int64,), ndim=1)
-    if rowptr.numel() < 1:
-        raise ValueError(f"{op}: rowptr must have at least one element (R + 1); got shape {tuple(rowptr.shape)}")
-    rt.check_tensor(op, "col", col, dtypes=(torch.int32,), ndim=1)
+    rt.check_csr(op, rowptr, col, x)
     if values is not None:
         nnz = col.numel()
         rt.check_tensor(op, "values", values, dtypes=(x.dtype,), ndim=1, shape=(nnz,), shape_text=f"(nnz={nnz},)")

@@ -84,12 +84,8 @@ def hp_spmm(rowptr: Tensor, row: Tensor, col: Tensor, x: Tensor, values: Tensor 
     op = "hp_spmm"
     if reduce not in REDUCES:
         raise ValueError(f"{op}: reduce must be one of {list(REDUCES)}; got {reduce!r}")
-    rt.check_tensor(op, "x", x, dtypes=rt.FLOAT_DTYPES, ndim=2)
-    rt.check_tensor(op, "rowptr", rowptr, dtypes=(torch.int64,), ndim=1)
-    if rowptr.numel() < 1:
-        raise ValueError(f"{op}: rowptr must have at least one element (R + 1); got shape {tuple(rowptr.shape)}")
+    rt.check_csr(op, rowptr, col, x)
     nnz = col.numel()
-    rt.check_tensor(op, "col", col, dtypes=(torch.int32,), ndim=1)
     rt.check_tensor(op, "row", row, dtypes=(torch.int64,), ndim=1, shape=(nnz,), shape_text=f"(nnz={nnz},)")
     if values is not None:
         rt.check_tensor(op, "values", values, dtypes=(x.dtype,), ndim=1, shape=(nnz,), shape_text=f"(nnz={nnz},)")

@@ -281,6 +281,17 @@ def check_devices(op: str, tensors: dict[str, Tensor | None]) -> torch.device:
     return device
 
 
+def check_csr(op: str, rowptr: Any, col: Any, x: Any) -> None:
+    """Raise TypeError/ValueError naming ``op``'s argument unless ``x`` is a 2-D float32/float64 tensor,
+    ``rowptr`` a non-empty 1-D int64 tensor and ``col`` a 1-D int32 tensor (the CSR operands of the SpMM
+    launchers; devices are checked by :func:`check_devices`)."""
+    check_tensor(op, "x", x, dtypes=FLOAT_DTYPES, ndim=2)
+    check_tensor(op, "rowptr", rowptr, dtypes=(torch.int64,), ndim=1)
+    if rowptr.numel() < 1:
+        raise ValueError(f"{op}: rowptr must have at least one element (R + 1); got shape {tuple(rowptr.shape)}")
+    check_tensor(op, "col", col, dtypes=(torch.int32,), ndim=1)
+
+
 def check_heads(op: str, k: int, heads: int) -> int:
     """Validate ``heads`` against the feature width ``k``; returns C = k // heads."""
     if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1:

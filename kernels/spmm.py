@@ -188,11 +188,7 @@ def _check(rowptr: Tensor, col: Tensor, x: Tensor, values: Tensor | None, reduce
     op = "gespmm"
     if reduce not in REDUCE_CODES:
         raise ValueError(f"{op}: reduce must be one of {list(REDUCE_CODES)}; got {reduce!r}")
-    rt.check_tensor(op, "x", x, dtypes=rt.FLOAT_DTYPES, ndim=2)
-    rt.check_tensor(op, "rowptr", rowptr, dtypes=(torch.int64,), ndim=1)
-    if rowptr.numel() < 1:
-        raise ValueError(f"{op}: rowptr must have at least one element (R + 1); got shape {tuple(rowptr.shape)}")
-    rt.check_tensor(op, "col", col, dtypes=(torch.int32,), ndim=1)
+    rt.check_csr(op, rowptr, col, x)
     k, nnz = x.size(1), col.numel()
     rt.check_heads(op, k, heads)
     if values is not None and heads == 1:

@@ -49,6 +49,17 @@ def make_graph_case(name: str, device="cpu", seed: int = 0) -> graphfuse.Graph:
 
 
 GRAPH_CASES = ["no_edges", "isolated", "single_node", "hub", "duplicates", "unsorted", "bipartite"]
+HUB_DEGREE = 100_000
+
+
+def make_big_hub(degree: int = HUB_DEGREE) -> graphfuse.Graph:
+    """Node 0 receives from ``degree`` sources; a sprinkle of 20,000 random edges elsewhere (the GPU suites'
+    hub case: one row longer than any block)."""
+    gen = torch.Generator().manual_seed(1)
+    n = degree + 500
+    hub = torch.stack([torch.arange(1, degree + 1), torch.zeros(degree, dtype=torch.long)])
+    rand = torch.randint(0, n, (2, 20_000), generator=gen)
+    return graphfuse.Graph(torch.cat([hub, rand], 1), num_nodes=n)
 
 
 def planted_communities(num_features: int, seed: int = 0):

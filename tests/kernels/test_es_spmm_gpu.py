@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import graphfuse
-from cases import GRAPH_CASES, TOLERANCES, make_graph_case
+from cases import GRAPH_CASES, TOLERANCES, make_big_hub, make_graph_case
 from graphfuse.engine.edge_sampling import EdgeSampling, sampled_aggregate
 from graphfuse.kernels import es_spmm as es
 
@@ -22,7 +22,6 @@ REDUCES = ["sum", "mean", "max", "min"]
 WIDTHS = [1, 16, 64, 512]
 KS = [1, 7, 32, 41, 64, 128, 602]
 CASES = GRAPH_CASES + ["big_hub", "degrees"]
-HUB_DEGREE = 100_000
 # empty rows, d = width ± 1 for every tested width, 577·2 (FastRand's stride falls back to 1009) and 577·1009
 # (falls back to 1597)
 DEGREES = [0, 3, 1, 2, 15, 16, 17, 63, 64, 65, 511, 512, 513, 1154, 577 * 1009, 0, 700]
@@ -30,12 +29,8 @@ DEGREES = [0, 3, 1, 2, 15, 16, 17, 63, 64, 65, 511, 512, 513, 1154, 577 * 1009, 
 
 @functools.cache
 def graph(case: str) -> graphfuse.Graph:
-    if case == "big_hub":  # node 0 receives from 100,000 sources; a sprinkle of random edges elsewhere
-        gen = torch.Generator().manual_seed(1)
-        n = HUB_DEGREE + 500
-        hub = torch.stack([torch.arange(1, HUB_DEGREE + 1), torch.zeros(HUB_DEGREE, dtype=torch.long)])
-        rand = torch.randint(0, n, (2, 20_000), generator=gen)
-        g = graphfuse.Graph(torch.cat([hub, rand], 1), num_nodes=n)
+    if case == "big_hub":
+        g = make_big_hub()
     elif case == "degrees":  # target i receives DEGREES[i] edges from 300 sources (repeats included)
         dst = torch.repeat_interleave(torch.arange(len(DEGREES)), torch.tensor(DEGREES))
         src = torch.randint(0, 300, (dst.numel(),), generator=torch.Generator().manual_seed(2))

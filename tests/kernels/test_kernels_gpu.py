@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import graphfuse
-from cases import GRAPH_CASES, TOLERANCES, make_graph_case
+from cases import GRAPH_CASES, TOLERANCES, make_big_hub, make_graph_case
 from graphfuse.engine import reference
 from graphfuse.kernels import gas as gas_kernels
 from graphfuse.kernels import hp_spmm as hp_spmm_kernels
@@ -25,17 +25,12 @@ REDUCES = ["sum", "mean", "max", "min"]
 PAIRS = [(b, r) for b in BACKENDS for r in REDUCES if not (b == "hpspmm" and r in ("max", "min"))]
 KS = [1, 7, 16, 32, 41, 64, 100, 128, 256, 602]
 CASES = GRAPH_CASES + ["big_hub"]
-HUB_DEGREE = 100_000
 
 
 @functools.cache
 def graph(case: str) -> graphfuse.Graph:
-    if case == "big_hub":  # node 0 receives from 100,000 sources; a sprinkle of random edges elsewhere
-        gen = torch.Generator().manual_seed(1)
-        n = HUB_DEGREE + 500
-        hub = torch.stack([torch.arange(1, HUB_DEGREE + 1), torch.zeros(HUB_DEGREE, dtype=torch.long)])
-        rand = torch.randint(0, n, (2, 20_000), generator=gen)
-        g = graphfuse.Graph(torch.cat([hub, rand], 1), num_nodes=n)
+    if case == "big_hub":
+        g = make_big_hub()
     else:
         g = make_graph_case(case)
     return g.to("cuda")

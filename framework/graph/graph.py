@@ -197,9 +197,11 @@ class Graph:
             validate=False,
         )
         for key, value in self._cache.items():
-            if isinstance(value, tuple):
+            # formats (tensors, tuples of tensors such as CSR/CSC) and cached graphs move; device-bound objects
+            # (kernel plans, row schedules, dispatch choices) are rebuilt on the new device when needed
+            if isinstance(value, tuple) and all(isinstance(v, Tensor) for v in value):
                 moved._cache[key] = type(value)(*(v.to(device, non_blocking=non_blocking) for v in value))
-            elif hasattr(value, "to"):
+            elif isinstance(value, (Tensor, Graph)):
                 moved._cache[key] = value.to(device, non_blocking=non_blocking)
         return moved
 

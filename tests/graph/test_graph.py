@@ -6,7 +6,7 @@ from torch_geometric.data import Data
 from torch_geometric.nn.conv.gcn_conv import gcn_norm as pyg_gcn_norm
 
 from cases import GRAPH_CASES, make_graph_case
-from graphfuse import Graph
+from graphfuse import Graph, aggregate
 from graphfuse.graph import add_remaining_self_loops, coo_to_csr, gcn_norm, mean_norm, to_dense
 
 
@@ -46,6 +46,22 @@ def test_to_same_device_keeps_cache():
     g = make_graph_case("hub")
     csr = g.csr
     assert g.to("cpu") is g and g.csr is csr
+
+
+def test_to_moves_formats_and_leaves_device_bound_caches_behind():
+    """A graph that has been aggregated on (row schedule with an int field, a plan dict, a normalised graph
+    cached on it) moves to another device: formats move, kernel-side objects stay behind to be rebuilt."""
+    from graphfuse.engine import autograd
+
+    src = torch.arange(1, 200)
+    g = Graph(torch.stack([src, torch.zeros_like(src)]), num_nodes=200)
+    assert autograd._schedule(g, "csr") is not None  # a RowSchedule: tensors and an int
+    aggregate(g, torch.randn(200, 3))  # fills the dispatch memo (a dict)
+    g.cached("derived", lambda: Graph(g.edge_index.flip(0), num_nodes=200))  # e.g. a normalised graph
+    moved = g.to("meta")
+    assert moved.csr.rowptr.device.type == "meta" and moved.in_degree.device.type == "meta"
+    assert moved.cached("derived", lambda: None).device.type == "meta"
+    assert ("kernels", "schedule", "csr") not in moved._cache and "dispatch" not in moved._cache
 
 
 @pytest.mark.gpu

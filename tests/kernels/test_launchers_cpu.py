@@ -237,3 +237,33 @@ def test_hp_spmm_validation(kwargs, error, match):
     with pytest.raises(error, match=match):
         hp_spmm.hp_spmm(args["rowptr"], args["row"], args["col"], args["x"], args["values"],
                         **{k: v for k, v in kwargs.items() if k not in args})
+
+
+def test_dtp_counts_workers_per_block():
+    from graphfuse.kernels import sddmm
+
+    full = 132 * 8
+    # 8 warps per block: the largest NnzPerWarp leaving more than two full waves
+    assert sddmm.nnz_per_warp(64 * 8 * 2 * full + 1, full) == 64
+    # 64 workers per block (HP-SpMM's 4-lane groups for K < 8): eight times fewer entries per worker
+    assert sddmm.nnz_per_warp(64 * 8 * 2 * full + 1, full, workers=64) == 8
+
+
+def test_plan_geometry_without_a_gpu():
+    """Plans fix their grid, tiles and template instance at construction (no launch here: CPU tensors)."""
+    from graphfuse.kernels import es_spmm, hp_spmm
+
+    rowptr, col = _csr()
+    row = torch.tensor([0, 0, 1, 2, 2, 3])
+    plan = hp_spmm.HpSpmmPlan(rowptr, row, col, k=100, dtype=torch.float32, reduce="mean", weighted=True, npw=8)
+    assert plan.name == "hp_spmm<float, true, true, 2, 2, 32>" and plan.grid == (1, 1) and plan.align == 8
+    small = hp_spmm.HpSpmmPlan(rowptr, row, col, k=7, dtype=torch.float64, npw=8)
+    assert small.name == "hp_spmm<double, false, false, 1, 1, 8>" and small.align == 8
+    twin = plan._scalar_twin()
+    assert twin.align == 4 and twin.npw == plan.npw and ", 1, " in twin.name
+    es = es_spmm.EsSpmmPlan(rowptr, col, k=602, dtype=torch.float32, reduce="sum", weighted=False, width=64,
+                            strategy="bucket", seed=0)
+    assert es.grid == (1, 2) and es.shared == es_spmm.shared_bytes(64, torch.float32, False, "bucket")
+    x = torch.zeros(4, 602)
+    assert es._for(x, torch.zeros(4, 602)) is es  # fresh tensors are aligned
+    assert es._for(torch.zeros(4 * 602 + 1)[1:].view(4, 602), torch.zeros(4, 602)).align == 4  # scalar twin

@@ -25,12 +25,11 @@ from torch import Tensor
 from . import runtime as rt
 
 FILE = "es_spmm.cu"
-REDUCE_CODES = {"sum": 0, "mean": 1, "max": 2, "min": 3}
 STRATEGY_CODES = {"bucket": 0, "fastrand": 1, "random": 2}
 MAX_WIDTH = 512  # S * 8 warps * (4 + 8) bytes = 48 KiB of shared memory at most (the default per-block limit)
 MAX_TILE = 512  # columns per grid.y tile
 WARPS = rt.BLOCK // 32  # rows per block
-_SEED_MUL = 0x9E3779B97F4A7C15  # splitmix64's golden-ratio increment (edge_sampling.hash_uniforms)
+_SEED_MUL = 0x9E3779B97F4A7C15  # splitmix64's golden-ratio increment
 
 
 def config(k: int, dtype: torch.dtype, vec: int | None = None) -> tuple[int, int]:
@@ -51,7 +50,8 @@ def shared_bytes(width: int, dtype: torch.dtype, weighted: bool, strategy: str) 
 
 
 def seed_mix(seed: int) -> int:
-    """``seed · 0x9E3779B97F4A7C15 mod 2^64`` as a signed 64-bit kernel argument (the hash's seed term)."""
+    """``seed · 0x9E3779B97F4A7C15 mod 2^64`` as a signed 64-bit integer: the seed term of the splitmix64 hash
+    that both this kernel and its reference (``edge_sampling.hash_uniforms``) draw from."""
     z = seed * _SEED_MUL % (1 << 64)
     return z - (1 << 64) if z >= 1 << 63 else z
 
@@ -69,7 +69,7 @@ class EsSpmmPlan(rt.Plan):
         self.num_rows = rowptr.numel() - 1
         vec_, cf = config(k, dtype, vec)
         self.align = vec_ * rt.itemsize(dtype)
-        self.name, self.family = _names(rt.ctype(dtype), REDUCE_CODES[reduce], weighted, STRATEGY_CODES[strategy],
+        self.name, self.family = _names(rt.ctype(dtype), rt.REDUCE_CODES[reduce], weighted, STRATEGY_CODES[strategy],
                                         vec_, cf)
         self.grid = (-(-self.num_rows // WARPS), -(-k // (32 * vec_ * cf)))
         self.shared = shared_bytes(width, dtype, weighted, strategy)
@@ -127,12 +127,12 @@ def es_spmm(
 
 
 def _check(rowptr: Tensor, col: Tensor, x: Tensor, values: Tensor | None, width: int, strategy: str, seed: int,
-           reduce: str) -> torch.device:
+           reduce: str) -> None:
     """Raise TypeError/ValueError naming the offending argument of :func:`es_spmm` (devices last, so every
-    other error can be tested without a GPU); returns the device."""
+    other error can be tested without a GPU)."""
     op = "es_spmm"
-    if reduce not in REDUCE_CODES:
-        raise ValueError(f"{op}: reduce must be one of {list(REDUCE_CODES)}; got {reduce!r}")
+    if reduce not in rt.REDUCE_CODES:
+        raise ValueError(f"{op}: reduce must be one of {list(rt.REDUCE_CODES)}; got {reduce!r}")
     if strategy not in STRATEGY_CODES:
         raise ValueError(f"{op}: strategy must be one of {list(STRATEGY_CODES)}; got {strategy!r}")
     if isinstance(width, bool) or not isinstance(width, int) or not 1 <= width <= MAX_WIDTH:
@@ -143,7 +143,7 @@ def _check(rowptr: Tensor, col: Tensor, x: Tensor, values: Tensor | None, width:
     if values is not None:
         nnz = col.numel()
         rt.check_tensor(op, "values", values, dtypes=(x.dtype,), ndim=1, shape=(nnz,), shape_text=f"(nnz={nnz},)")
-    return rt.check_devices(op, {"x": x, "rowptr": rowptr, "col": col, "values": values})
+    rt.check_devices(op, {"x": x, "rowptr": rowptr, "col": col, "values": values})
 
 
 def _name(t: str, red: int, weighted: bool, strategy: int, vec: int, cf: int) -> str:

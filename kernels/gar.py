@@ -16,7 +16,6 @@ from torch import Tensor
 from . import runtime as rt
 
 FILE = "gar.cu"
-REDUCE_CODES = {"sum": 0, "mean": 1, "max": 2, "min": 3}
 MAX_TILE = 256
 
 
@@ -65,8 +64,8 @@ def gar_forward(
     Returns ``(out, arg)``; ``arg`` (max/min entry positions) only when ``return_arg`` and reduce is max/min.
     """
     op = "gar_forward"
-    if reduce not in REDUCE_CODES:
-        raise ValueError(f"{op}: reduce must be one of {list(REDUCE_CODES)}; got {reduce!r}")
+    if reduce not in rt.REDUCE_CODES:
+        raise ValueError(f"{op}: reduce must be one of {list(rt.REDUCE_CODES)}; got {reduce!r}")
     rt.check_tensor(op, "x", x, dtypes=rt.FLOAT_DTYPES, ndim=2)
     _check_structure(op, "rowptr", rowptr, "col", col, "R")
     num_rows, k = rowptr.numel() - 1, x.size(1)
@@ -83,7 +82,7 @@ def gar_forward(
     slots = rt.BLOCK // group
     smem = slots * tile * (x.element_size() + (8 if extremum else 0))
     t = rt.ctype(x.dtype)
-    name = f"gar_forward<{t}, {REDUCE_CODES[reduce]}, {wmode}, {vec}, {cf}, {group}>"
+    name = f"gar_forward<{t}, {rt.REDUCE_CODES[reduce]}, {wmode}, {vec}, {cf}, {group}>"
     family = [f"gar_forward<{t}, {r}, {w}, {vec}, {cf}, {group}>" for r in range(4) for w in range(3)]
     rt.launch(FILE, name, device, (num_rows, -(-k // tile)), (rt.BLOCK,), (
         rt.ptr(rowptr), rt.ptr(col), rt.ptr(values), rt.ptr(x), rt.ptr(out), rt.ptr(arg),

@@ -31,8 +31,8 @@ class HpSpmmPlan(rt.Plan):
     """One HP-SpMM configuration with everything but the dense operands fixed (structure, K, dtype, reduce,
     weighted or not, the task split): calling it zeroes the output and launches once. The engine caches plans
     per graph; :func:`hp_spmm` builds a throwaway one. ``npw`` fixes NnzPerWarp (None: Dynamic Task
-    Partition). A misaligned ``x`` (a view into a larger tensor) is
-    served by a scalar-load twin plan, as in :class:`~graphfuse.kernels.spmm.GespmmPlan`."""
+    Partition). A misaligned ``x`` (a view into a larger tensor) is served by a scalar-load twin
+    (:class:`~graphfuse.kernels.runtime.Plan`)."""
 
     def __init__(self, rowptr: Tensor, row: Tensor, col: Tensor, *, k: int, dtype: torch.dtype,
                  reduce: str = "sum", weighted: bool = False, vec: int | None = None,

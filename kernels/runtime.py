@@ -233,6 +233,7 @@ def next_pow2(n: int) -> int:
 
 # ---------------------------------------------------------------------------------------------- validation
 FLOAT_DTYPES = (torch.float32, torch.float64)
+REDUCE_CODES = {"sum": 0, "mean": 1, "max": 2, "min": 3}  # GF_SUM … GF_MIN of common.cuh
 
 
 def check_tensor(

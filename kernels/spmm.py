@@ -20,7 +20,6 @@ from torch import Tensor
 from . import runtime as rt
 
 FILE = "spmm.cu"
-REDUCE_CODES = {"sum": 0, "mean": 1, "max": 2, "min": 3}
 DEFAULT_SEGMENT = 512
 
 
@@ -103,7 +102,7 @@ class GespmmPlan(rt.Plan):
         vec_, cf, group = config(k, dtype, vec)
         self.align = vec_ * rt.itemsize(dtype)
         num_segs = self.num_rows if schedule is None else schedule.seg_row.numel()
-        self.name, self.combine, self.family = _names(rt.ctype(dtype), REDUCE_CODES[reduce], wmode, vec_, cf,
+        self.name, self.combine, self.family = _names(rt.ctype(dtype), rt.REDUCE_CODES[reduce], wmode, vec_, cf,
                                                       group, argmask, track)
         self.grid = (-(-num_segs // (rt.BLOCK // group)), -(-k // (group * vec_ * cf)))
         seg_ptr = rowptr if schedule is None else schedule.seg_ptr
@@ -186,8 +185,8 @@ def _check(rowptr: Tensor, col: Tensor, x: Tensor, values: Tensor | None, reduce
            schedule: RowSchedule | None, edge_id: Tensor | None, gather_arg: Tensor | None) -> None:
     """Raise TypeError/ValueError naming the offending argument of :func:`gespmm`."""
     op = "gespmm"
-    if reduce not in REDUCE_CODES:
-        raise ValueError(f"{op}: reduce must be one of {list(REDUCE_CODES)}; got {reduce!r}")
+    if reduce not in rt.REDUCE_CODES:
+        raise ValueError(f"{op}: reduce must be one of {list(rt.REDUCE_CODES)}; got {reduce!r}")
     rt.check_csr(op, rowptr, col, x)
     k, nnz = x.size(1), col.numel()
     rt.check_heads(op, k, heads)

@@ -39,6 +39,7 @@ from bench_graphs import read_edge_csv, read_mtx, rmat, write_report
 KS = [32, 41, 64, 128, 256, 602]
 OURS = ["gespmm", "gespmm_mean", "gespmm_max", "gar", "gas", "hpspmm", "es64"]
 REPLAYED = ("cusparse", "gespmm", "hpspmm")
+GE_KS = ("64", "128", "256")  # GE-SpMM's acceptance widths
 HP_KS = ("32", "64", "128")  # HP-SpMM's acceptance widths
 ES_WIDTH = 64
 CONTESTANTS = ["cusparse", "pyg", *OURS]
@@ -277,42 +278,27 @@ def speedup(ms: dict, name: str) -> float | None:
     return ms["cusparse"] / ms[name] if (ms.get("cusparse") and ms.get(name)) else None
 
 
-def hp_summary(graphs: list[dict]) -> dict:
-    """HP-SpMM vs cuSPARSE over the sampled-subgraph-sized and the skewed RMAT graphs at K = 32/64/128:
-    geometric mean per K, over all those cells, and the worst cell."""
-    cells = [(speedup(gr["results"][k]["ms"], "hpspmm"), gr["name"], int(k)) for gr in graphs
-             if gr["name"].startswith(("subgraph", "RMAT")) for k in HP_KS if k in gr["results"]]
+def speedup_summary(graphs: list[dict], name: str, ks: tuple[str, ...], prefixes: tuple[str, ...] = ("",),
+                    timing: str = "ms") -> dict:
+    """``name`` against cuSPARSE (times under ``timing``: "ms" eager, "graph_replay_ms" replayed) over the graphs
+    whose name starts with one of ``prefixes``, at the widths ``ks``: geometric mean per K and over all those
+    cells, and the worst cell."""
+    cells = [(speedup(gr["results"][k].get(timing, {}), name), gr["name"], int(k)) for gr in graphs
+             if gr["name"].startswith(prefixes) for k in ks if k in gr["results"]]
     cells = [c for c in cells if c[0]]
-    per_k = {k: geomean([c[0] for c in cells if c[2] == int(k)]) for k in HP_KS}
     worst = min(cells, default=None)
-    return {"geomean_per_k": per_k, "geomean": geomean([c[0] for c in cells]),
+    return {"geomean_per_k": {k: geomean([c[0] for c in cells if c[2] == int(k)]) for k in ks},
+            "geomean": geomean([c[0] for c in cells]),
             "worst_cell": None if worst is None else {"speedup": worst[0], "graph": worst[1], "K": worst[2]}}
 
 
 def summarise(graphs: list[dict]) -> dict:
-    summary: dict = {"geomean_speedup_vs_cusparse": {}, "worst_cell": None, "mean_over_sum": [], "max_over_sum": []}
-    worst = None
-    for k in ("64", "128", "256"):
-        speedups = []
-        for gr in graphs:
-            ms = gr["results"].get(k, {}).get("ms", {})
-            if ms.get("cusparse") and ms.get("gespmm"):
-                s = ms["cusparse"] / ms["gespmm"]
-                speedups.append(s)
-                if worst is None or s < worst[0]:
-                    worst = (s, gr["name"], int(k))
-        summary["geomean_speedup_vs_cusparse"][k] = geomean(speedups)
-    summary["worst_cell"] = None if worst is None else {"speedup": worst[0], "graph": worst[1], "K": worst[2]}
-    replay = {}
-    for k in ("64", "128", "256"):
-        speedups = []
-        for gr in graphs:
-            rep = gr["results"].get(k, {}).get("graph_replay_ms", {})
-            if rep.get("cusparse") and rep.get("gespmm"):
-                speedups.append(rep["cusparse"] / rep["gespmm"])
-        replay[k] = geomean(speedups)
-    summary["graph_replay_geomean_speedup_vs_cusparse"] = replay
-    summary["hpspmm"] = hp_summary(graphs)
+    ge = speedup_summary(graphs, "gespmm", GE_KS)
+    summary: dict = {"geomean_speedup_vs_cusparse": ge["geomean_per_k"], "worst_cell": ge["worst_cell"],
+                     "mean_over_sum": [], "max_over_sum": []}
+    summary["graph_replay_geomean_speedup_vs_cusparse"] = speedup_summary(
+        graphs, "gespmm", GE_KS, timing="graph_replay_ms")["geomean_per_k"]
+    summary["hpspmm"] = speedup_summary(graphs, "hpspmm", HP_KS, prefixes=("subgraph", "RMAT"))
     summary["es"] = {gr["name"]: {k: speedup(row["ms"], "es64") for k, row in gr["results"].items()}
                      for gr in graphs if gr["name"].startswith("RMAT s18 57M")}
     for gr in graphs:

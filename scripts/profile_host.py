@@ -8,28 +8,16 @@ Usage: python scripts/profile_host.py [--data .benchdata]
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from bench_graph_processing import wall_ms
 
 import graphfuse
 from bench_graphs import read_mtx, rmat
 from bench_spmm import gcn_weights, host_overhead_us, time_ms
 from graphfuse.engine import autograd
-
-
-def wall_latency_us(fn: Callable[[], object], repeats: int = 200) -> float:
-    times = []
-    for _ in range(repeats):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - start) * 1e6)
-    return statistics.median(times)
 
 
 def pieces(g: graphfuse.Graph, a: torch.Tensor, x: torch.Tensor) -> dict[str, Callable[[], object]]:
@@ -69,7 +57,7 @@ def main() -> None:
             print(f"== {name}: {n:,} nodes, {ei.size(1):,} nnz, K={k} (us: event / host / wall)")
             for label, fn in pieces(g, a, x).items():
                 print(f"{label:24s} {time_ms(fn, 50) * 1e3:7.1f} {host_overhead_us(fn, 1000):7.1f} "
-                      f"{wall_latency_us(fn):7.1f}")
+                      f"{wall_ms(fn, 200) * 1e3:7.1f}")
 
 
 if __name__ == "__main__":

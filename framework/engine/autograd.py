@@ -89,12 +89,18 @@ def _schedule(graph: Graph, fmt: str) -> spmm_kernels.RowSchedule | None:
     return graph.cached(("kernels", "schedule", fmt), build)
 
 
+def _plans(graph: Graph) -> dict:
+    """The graph's kernel plans (GE-SpMM, HP-SpMM, ES-SpMM) by configuration key. The callers look a plan up
+    and build it inline, without a closure: this lookup is on every aggregation's path."""
+    return graph.cached(("kernels", "plans"), dict)
+
+
 def gespmm_plan(graph: Graph, fmt: str, x: Tensor, *, reduce: str = "sum", heads: int = 1, weighted: bool = False,
                 track: bool = False, argmask: bool = False) -> spmm_kernels.GespmmPlan:
     """The GE-SpMM plan over the graph's CSR (fmt="csr") or CSC (fmt="csc") for operands like ``x``, cached
     on the graph per configuration (built once; each call then only allocates and launches)."""
-    plans = graph.cached(("kernels", "plans"), dict)
-    key = (fmt, x.size(1), x.dtype, reduce, heads, weighted, track, argmask)
+    plans = _plans(graph)
+    key = ("gespmm", fmt, x.size(1), x.dtype, reduce, heads, weighted, track, argmask)
     plan = plans.get(key)
     if plan is None:
         ptr = graph.csr.rowptr if fmt == "csr" else graph.csc.colptr
@@ -109,14 +115,14 @@ def hp_plan(graph: Graph, fmt: str, x: Tensor, *, reduce: str = "sum", weighted:
             ) -> hp_spmm_kernels.HpSpmmPlan:
     """The HP-SpMM plan over the graph's hybrid CSR (fmt="csr": per-entry target) or CSC (fmt="csc":
     per-entry source) form for operands like ``x``, cached on the graph per configuration."""
-    key = ("kernels", "hp_plan", fmt, x.size(1), x.dtype, reduce, weighted)
-
-    def build() -> hp_spmm_kernels.HpSpmmPlan:
+    plans = _plans(graph)
+    key = ("hpspmm", fmt, x.size(1), x.dtype, reduce, weighted)
+    plan = plans.get(key)
+    if plan is None:
         ptr, row = (graph.csr.rowptr, graph.csr.row) if fmt == "csr" else (graph.csc.colptr, graph.csc.col)
-        return hp_spmm_kernels.HpSpmmPlan(ptr, row, _index32(graph, fmt), k=x.size(1), dtype=x.dtype,
-                                          reduce=reduce, weighted=weighted)
-
-    return graph.cached(key, build)
+        plan = plans[key] = hp_spmm_kernels.HpSpmmPlan(ptr, row, _index32(graph, fmt), k=x.size(1), dtype=x.dtype,
+                                                       reduce=reduce, weighted=weighted)
+    return plan
 
 
 def _edge_dots(graph: Graph, a: Tensor, b: Tensor, heads: int) -> Tensor:
@@ -394,7 +400,7 @@ def sampled_aggregate(graph: Graph, x: Tensor, edge_weight: Tensor | None, reduc
     if heads > 1:
         raise ValueError("aggregate: the ES-SpMM kernel takes one weight per edge; got per-head weights of shape "
                          f"{tuple(edge_weight.shape)} (use backend='reference' for sampled per-head aggregation)")
-    plans = graph.cached(("kernels", "plans"), dict)
+    plans = _plans(graph)
     key = ("es", x2.size(1), x2.dtype, reduce, edge_weight is not None, sampling)
     plan = plans.get(key)
     if plan is None:

@@ -59,18 +59,21 @@ def register_backend(backend: Backend) -> None:
     unknown = set(backend.ops) - set(OPS)
     if unknown:
         raise ValueError(f"register_backend: unknown ops {sorted(unknown)}; valid ops are {list(OPS)}")
-    global _generation
     _REGISTRY[backend.name] = backend
-    _BY_PRIORITY[:] = sorted(_REGISTRY.values(), key=lambda b: -b.priority)
-    _generation += 1
+    _registry_changed()
 
 
 def unregister_backend(name: str) -> None:
     """Remove the backend registered under ``name`` (ValueError if there is none)."""
-    global _generation
     if name not in _REGISTRY:
         raise ValueError(f"unregister_backend: unknown backend {name!r}; valid: {registered_backends()}")
     del _REGISTRY[name]
+    _registry_changed()
+
+
+def _registry_changed() -> None:
+    """Re-sort "auto"'s candidates and invalidate every memoised choice (resolve_cached's keys)."""
+    global _generation
     _BY_PRIORITY[:] = sorted(_REGISTRY.values(), key=lambda b: -b.priority)
     _generation += 1
 
@@ -153,8 +156,8 @@ def resolve_cached(cache: dict, signature: tuple, op: str, device: torch.device,
     """:func:`resolve`, memoised in ``cache`` (one per graph) under ``signature``: what, besides the registry,
     the backend names and the determinism flag, decides the choice for this graph. The engine's ops pass
     ``x``'s dtype and rank, the edge weights' rank and whether they need a gradient, and the reduce, so
-    ``supports`` predicates must depend on nothing else. On a small graph the walk over the candidates costs more host time than the
-    kernel; the memo turns it into one dictionary lookup."""
+    ``supports`` predicates must depend on nothing else. On a small graph the walk over the candidates costs
+    more host time than the kernel; the memo turns it into one dictionary lookup."""
     if deterministic is None:
         deterministic = torch.are_deterministic_algorithms_enabled()
     key = (op, _generation, _default_backend if backend is None else backend, deterministic, signature)

@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from graphfuse.graph import CSR, Graph
+from graphfuse.kernels import es_spmm as es_kernels
 from graphfuse.kernels import sampling as sampling_kernels
 
 STRATEGIES = ("bucket", "fastrand", "random")
@@ -103,7 +104,7 @@ def hash_uniforms(seed: int, rows: Tensor, width: int) -> Tensor:
         rows: (R,) int64 → (R, width) float64.
     """
     slots = torch.arange(width, device=rows.device)
-    z = _signed(seed * 0x9E3779B97F4A7C15 % (1 << 64)) + rows.unsqueeze(1) * _MIX1 + slots * _MIX2
+    z = es_kernels.seed_mix(seed) + rows.unsqueeze(1) * _MIX1 + slots * _MIX2
     z = (z ^ _shr(z, 30)) * _MIX1
     z = (z ^ _shr(z, 27)) * _MIX2
     z = z ^ _shr(z, 31)

@@ -92,17 +92,19 @@ def aggregate(
         sampling = edge_sampling.current_sampling()
     if sampling is not None:
         return _sampled(graph, x, edge_weight, reduce, backend, deterministic, sampling)
-    impl = dispatcher.resolve_cached(graph.cached("dispatch", dict), _signature(x, edge_weight, reduce),
-                                     "aggregate", x.device, backend, deterministic,
-                                     graph=graph, x=x, edge_weight=edge_weight, reduce=reduce)
+    impl = _resolve("aggregate", graph, x, edge_weight, reduce, backend, deterministic)
     return impl(graph, x, edge_weight, reduce)
 
 
-def _signature(x: Tensor, edge_weight: Tensor | None, reduce: str) -> tuple:
-    """What an aggregate call's backend choice depends on besides the graph (see dispatcher.resolve_cached)."""
-    if edge_weight is None:
-        return x.dtype, x.dim(), reduce
-    return x.dtype, x.dim(), reduce, edge_weight.dim(), edge_weight.requires_grad
+def _resolve(op: str, graph: Graph, x: Tensor, edge_weight: Tensor | None, reduce: str, backend: str | None,
+             deterministic: bool | None) -> Any:
+    """The implementation of an aggregation op for this call, memoised on the graph under what the choice
+    depends on besides the graph: x's dtype and rank, the edge weights' rank and whether they need a gradient,
+    the reduce (see dispatcher.resolve_cached)."""
+    signature = ((x.dtype, x.dim(), reduce) if edge_weight is None else
+                 (x.dtype, x.dim(), reduce, edge_weight.dim(), edge_weight.requires_grad))
+    return dispatcher.resolve_cached(graph.cached("dispatch", dict), signature, op, x.device, backend, deterministic,
+                                     graph=graph, x=x, edge_weight=edge_weight, reduce=reduce)
 
 
 def _sampled(graph: Graph, x: Tensor, edge_weight: Tensor | None, reduce: str, backend: str | None,
@@ -112,9 +114,7 @@ def _sampled(graph: Graph, x: Tensor, edge_weight: Tensor | None, reduce: str, b
     if torch.is_grad_enabled() and (x.requires_grad or (edge_weight is not None and edge_weight.requires_grad)):
         raise ValueError("aggregate: sampling= is for inference (its edges are fixed per seed, its gradient would be "
                          "biased); run it under torch.no_grad() or torch.inference_mode(), or drop sampling=")
-    impl = dispatcher.resolve_cached(graph.cached("dispatch", dict), _signature(x, edge_weight, reduce),
-                                     "sampled_aggregate", x.device, backend, deterministic,
-                                     graph=graph, x=x, edge_weight=edge_weight, reduce=reduce)
+    impl = _resolve("sampled_aggregate", graph, x, edge_weight, reduce, backend, deterministic)
     return impl(graph, x, edge_weight, reduce, sampling)
 
 

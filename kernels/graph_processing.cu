@@ -12,16 +12,20 @@
 //               before e), the new COO edge_index and values, and the scatter of a key (id, other endpoint)
 //               into the provisional slot of its CSR row and CSC column (unordered inside a row); node
 //               blocks emit the inserted loops and the per-node normalisation factors.
-//   gp_sort     warp per row / column: sorts the keys of the segment by id (ids are COO positions, so sorted
-//               order is the stable order of the reference) and writes every output at its final position:
-//               perm, col/row (int64 and int32), the expanded row/col index, values in CSR / CSC order.
+//   gp_sort     warp per row / column: sorts the keys of the segment (a row by id: ids are COO positions, so
+//               sorted order is the stable order of the reference; a column by (target, id): CSR order) and
+//               writes every output at its final position: perm, col/row (int64 and int32), the expanded
+//               row/col index, values in CSR / CSC order.
 //               Segments longer than WCAP (listed by gp_scatter) go to the kernel's first blocks: bitonic
 //               sort of 4,096-key chunks in shared memory, then merge-path passes in global memory.
 //   gp_transpose_perm  csr_to_csc[j] = position in CSR of the j-th CSC entry.
+// Large graphs (kernels/graph_processing.py: RADIX_MIN_ENTRIES) skip the provisional slots and the segment
+// sort: gp_count and gp_scatter (COO, values, factors only), then two stable radix sorts (radix_sort.cu) and
+// gp_finish_csr / gp_finish_csc, which write the outputs from the sorted arrays.
 //
-// IDX is the workspace index type (int when the edge count fits, else long long). With int, a sort key packs
-// (id << 32 | other endpoint) in 64 bits, so the sort needs no gather of the endpoints; with long long the
-// key is the id alone. All kernel integer arguments are 64-bit. Float atomics only accumulate weighted
+// IDX is the workspace index type (int when the edge count fits, else long long). With int, a CSR sort key
+// packs (id << 32 | source) in 64 bits, so the sort needs no gather of the endpoints; with long long the key
+// is the id alone. A CSC key is (target << 32 | id) either way. All kernel integer arguments are 64-bit. Float atomics only accumulate weighted
 // degrees, in double: values can differ from run to run in the last bits of a weighted fp64 graph only.
 #include "common.cuh"
 
@@ -95,8 +99,10 @@ __global__ void __launch_bounds__(GP_BLOCK) gp_count(
       ++loops;
     } else {
       const IDX r_in = gp_atomic_add(cnt_in + t, (IDX)1), r_out = gp_atomic_add(cnt_out + s, (IDX)1);
-      rank_in[e] = r_in;
-      rank_out[e] = r_out;
+      if (rank_in) {  // provisional slots for gp_scatter (the radix path sorts without them)
+        rank_in[e] = r_in;
+        rank_out[e] = r_out;
+      }
       mx_in = max(mx_in, (long long)r_in + 1);
       mx_out = max(mx_out, (long long)r_out + 1);
       if (NORM != GP_NORM_NONE && HAS_W) atomicAdd(deg + t, (double)w[e]);
@@ -196,7 +202,8 @@ template <typename W> __device__ __forceinline__ W gp_inv_sqrt(W d) {
   return d > W(0) ? W(1) / sqrt(d) : W(0);
 }
 
-// Sort keys: (id << 32 | other endpoint) when IDX is int (PACK), else the id alone.
+// CSR sort keys: (id << 32 | source) when IDX is int (PACK), else the id alone. CSC sort keys:
+// (target << 32 | id) in both modes (ids < 2^32, checked by the launcher), so a column sorts by target, then id.
 template <typename IDX> struct GpKey { typedef unsigned long long type; };
 template <> struct GpKey<long long> { typedef long long type; };
 
@@ -204,6 +211,11 @@ template <typename IDX>
 __device__ __forceinline__ typename GpKey<IDX>::type gp_make_key(i64 id, i64 other) {
   if (sizeof(IDX) == 4) return (typename GpKey<IDX>::type)(((unsigned long long)id << 32) | (unsigned long long)other);
   return (typename GpKey<IDX>::type)id;
+}
+
+template <typename IDX>
+__device__ __forceinline__ typename GpKey<IDX>::type gp_make_csc_key(i64 id, i64 target) {
+  return (typename GpKey<IDX>::type)(((unsigned long long)target << 32) | (unsigned long long)id);
 }
 
 template <typename IDX> __device__ __forceinline__ i64 gp_key_id(typename GpKey<IDX>::type k) {
@@ -249,8 +261,10 @@ __global__ void __launch_bounds__(GP_BLOCK) gp_scatter(
     const i64 id = num_kept + v;  // an inserted loop is always the last entry of row v and of column v
     out_src[id] = v;
     out_dst[id] = v;
-    ws_csr[rowptr[v + 1] - 1] = gp_make_key<IDX>(id, v);
-    ws_csc[colptr[v + 1] - 1] = gp_make_key<IDX>(id, v);
+    if (ws_csr) {  // provisional slots (the last of the row / column); gp_sort puts them in order
+      ws_csr[rowptr[v + 1] - 1] = gp_make_key<IDX>(id, v);
+      ws_csc[colptr[v + 1] - 1] = gp_make_csc_key<IDX>(id, v);
+    }
     if (values) {
       const W lw = (W)gp_loop_weight<IDX, W, HAS_W, LOOPS>(loop_last, w, v, fill);
       if (NORM == GP_NORM_GCN) {
@@ -290,8 +304,10 @@ __global__ void __launch_bounds__(GP_BLOCK) gp_scatter(
       __syncthreads();
     }
     if (!valid || loop) continue;
-    ws_csr[rowptr[t] + rank_in[e]] = gp_make_key<IDX>(id, s);
-    ws_csc[colptr[s] + rank_out[e]] = gp_make_key<IDX>(id, t);
+    if (ws_csr) {
+      ws_csr[rowptr[t] + rank_in[e]] = gp_make_key<IDX>(id, s);
+      ws_csc[colptr[s] + rank_out[e]] = gp_make_csc_key<IDX>(id, t);
+    }
     if (LOOPS) {
       out_src[id] = s;
       out_dst[id] = t;
@@ -315,7 +331,7 @@ __global__ void __launch_bounds__(GP_BLOCK) gp_scatter(
 // Outputs of one sorted segment: segment q < num_dst is CSR row q, else CSC column q - num_dst.
 template <typename IDX, typename W> struct GpOut {
   const i64* rowptr; const i64* colptr;
-  const i64* e_src; const i64* e_dst;  // the processed graph's COO edge_index rows
+  const i64* e_src;                     // the processed graph's COO sources (int64 workspace: CSR keys hold ids only)
   const W* values;                      // COO-order values or null
   const W* node_val;                    // per-node factor (GP_V_GCN / GP_V_MEAN)
   i64* csr_perm; i64* csr_col; i64* csr_row; int* csr_col32; W* csr_val; IDX* inv_csr;
@@ -325,13 +341,13 @@ template <typename IDX, typename W> struct GpOut {
 
 #define GP_OUT_PARAMS                                                                                   \
   const i64 *__restrict__ rowptr, const i64 *__restrict__ colptr, const i64 *__restrict__ e_src,              \
-      const i64 *__restrict__ e_dst, const W *__restrict__ values, const W *__restrict__ node_val,          \
+      const W *__restrict__ values, const W *__restrict__ node_val,          \
       i64 *__restrict__ csr_perm, i64 *__restrict__ csr_col, i64 *__restrict__ csr_row,                     \
       int *__restrict__ csr_col32, W *__restrict__ csr_val, IDX *__restrict__ inv_csr,                     \
       i64 *__restrict__ csc_perm, i64 *__restrict__ csc_row, i64 *__restrict__ csc_col,                     \
       int *__restrict__ csc_row32, W *__restrict__ csc_val, i64 num_dst, i64 num_src, i64 num_kept
 #define GP_OUT_INIT                                                                                     \
-  const GpOut<IDX, W> o{rowptr,   colptr,   e_src,   e_dst,   values,    node_val,  csr_perm, csr_col,     \
+  const GpOut<IDX, W> o{rowptr,   colptr,   e_src,   values,    node_val,  csr_perm, csr_col,     \
                         csr_row,  csr_col32, csr_val, inv_csr, csc_perm, csc_row, csc_col,  csc_row32,   \
                         csc_val,  num_dst,  num_src, num_kept}
 
@@ -346,8 +362,8 @@ __device__ __forceinline__ W gp_value(const GpOut<IDX, W>& o, i64 id, i64 s, i64
 
 template <typename IDX, typename W, int VMODE>
 __device__ __forceinline__ void gp_emit(const GpOut<IDX, W>& o, i64 q, i64 pos, typename GpKey<IDX>::type key) {
-  const i64 id = gp_key_id<IDX>(key);
   if (q < o.num_dst) {
+    const i64 id = gp_key_id<IDX>(key);
     const i64 c = gp_key_other<IDX>(key, o.e_src);
     o.csr_perm[pos] = id;
     o.csr_col[pos] = c;
@@ -356,12 +372,13 @@ __device__ __forceinline__ void gp_emit(const GpOut<IDX, W>& o, i64 q, i64 pos, 
     if (VMODE != GP_V_NONE) o.csr_val[pos] = gp_value<IDX, W, VMODE>(o, id, c, q);
     o.inv_csr[id] = (IDX)pos;
   } else {
-    const i64 r = gp_key_other<IDX>(key, o.e_dst), c = q - o.num_dst;
-    o.csc_perm[pos] = id;
+    const i64 csc_id = (i64)((unsigned long long)key & 0xffffffffULL);
+    const i64 r = (i64)((unsigned long long)key >> 32), c = q - o.num_dst;
+    o.csc_perm[pos] = csc_id;
     o.csc_row[pos] = r;
     o.csc_row32[pos] = (int)r;
     o.csc_col[pos] = c;
-    if (VMODE != GP_V_NONE) o.csc_val[pos] = gp_value<IDX, W, VMODE>(o, id, c, r);
+    if (VMODE != GP_V_NONE) o.csc_val[pos] = gp_value<IDX, W, VMODE>(o, csc_id, c, r);
   }
 }
 
@@ -503,4 +520,39 @@ __global__ void __launch_bounds__(GP_BLOCK) gp_transpose_perm(
     const i64* __restrict__ csc_perm, const IDX* __restrict__ inv_csr, i64* __restrict__ csr_to_csc, i64 n) {
   const i64 j = (i64)blockIdx.x * GP_BLOCK + threadIdx.x;
   if (j < n) csr_to_csc[j] = inv_csr[csc_perm[j]];
+}
+
+// ------------------------------------------------------------------------------------------ radix path
+// Large graphs sort by radix instead (radix_sort.cu): the new COO by target with (id, source) carried gives
+// the CSR; the CSR by source with (CSR position, target, id) carried gives the CSC and csr_to_csc at once
+// (a CSC column is in CSR order). These write the outputs from the sorted int32 arrays, entry-parallel.
+template <typename IDX, typename W, int VMODE>
+__global__ void __launch_bounds__(GP_BLOCK) gp_finish_csr(
+    GP_OUT_PARAMS, const int* __restrict__ s_row, const int* __restrict__ s_id, const int* __restrict__ s_src,
+    i64 n) {
+  GP_OUT_INIT;
+  const i64 j = (i64)blockIdx.x * GP_BLOCK + threadIdx.x;
+  if (j >= n) return;
+  const i64 id = s_id[j], c = s_src[j], q = s_row[j];
+  o.csr_perm[j] = id;
+  o.csr_col[j] = c;
+  o.csr_col32[j] = (int)c;
+  o.csr_row[j] = q;
+  if (VMODE != GP_V_NONE) o.csr_val[j] = gp_value<IDX, W, VMODE>(o, id, c, q);
+}
+
+template <typename IDX, typename W, int VMODE>
+__global__ void __launch_bounds__(GP_BLOCK) gp_finish_csc(
+    GP_OUT_PARAMS, const int* __restrict__ s_col, const int* __restrict__ s_pos, const int* __restrict__ s_row,
+    const int* __restrict__ s_id, i64* __restrict__ csr_to_csc, i64 n) {
+  GP_OUT_INIT;
+  const i64 j = (i64)blockIdx.x * GP_BLOCK + threadIdx.x;
+  if (j >= n) return;
+  const i64 id = s_id[j], r = s_row[j], c = s_col[j];
+  o.csc_perm[j] = id;
+  o.csc_row[j] = r;
+  o.csc_row32[j] = (int)r;
+  o.csc_col[j] = c;
+  if (VMODE != GP_V_NONE) o.csc_val[j] = gp_value<IDX, W, VMODE>(o, id, c, r);
+  csr_to_csc[j] = s_pos[j];
 }

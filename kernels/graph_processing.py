@@ -4,7 +4,12 @@ by a stable counting sort, with remaining-self-loop insertion and GCN / mean nor
 One call runs six launches (zero-fill of the workspace, count, scan, scatter, segment sort, permutation
 transpose) and one host sync (after the count: the number of dropped self-loops fixes the output size, the
 maximum degree tells whether long segments exist, out-of-range indices are reported). Graphs whose scan is
-longer than ``SINGLE_BLOCK_SCAN`` scan with ``torch.cumsum`` (more launches, on large graphs only).
+longer than ``SINGLE_BLOCK_SCAN`` scan with ``torch.cumsum`` (more launches, on large graphs only). From
+``RADIX_MIN_ENTRIES`` output entries on, the scatter only writes the COO and its values, and the formats come
+from two stable radix sorts (:mod:`graphfuse.kernels.radix_sort`; CSR by target carrying (id, source), then
+the CSR by source carrying (CSR position, target, id): the CSC and ``csr_to_csc`` with no gather) and two
+entry-parallel kernels that write the outputs: ~20 launches, a fraction of the segment sort's time once hub
+rows hold tens of thousands of entries.
 
 The result equals the reference (``graphfuse.graph.convert`` / ``graphfuse.graph.norm``) exactly in
 structure and permutation; values within floating-point rounding (degrees are accumulated in float64, with
@@ -15,7 +20,8 @@ Shapes:
     edge_weight: (E,) float32 / float64 or None.
     Output with E' = E - (self-loops) + N edges when ``self_loops`` (else E' = E): edge_index (2, E') in the
     reference's order (kept edges in order, then one loop per node), values (E',) in COO order, CSR / CSC
-    index arrays (E',) int64 (+ int32 copies), values in CSR / CSC order, csr_to_csc (E',) int64.
+    index arrays (E',) int64 (+ int32 copies), values in CSR / CSC order, csr_to_csc (E',) int64. A CSC
+    column lists its entries in CSR order (by target, then COO position).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from . import radix_sort
 from . import runtime as rt
 
 FILE = "graph_processing.cu"
@@ -39,6 +46,8 @@ BIG_GRID = 1024
 SORT_GRID_MAX = 1 << 20
 INT32_LIMIT = 2**31 - 1
 WORKSPACE_INT32_LIMIT = INT32_LIMIT  # int32 workspace (counts, cursors, ids) below this many entries
+ID_LIMIT = 2**32  # a CSC sort key holds an id in 32 bits
+RADIX_MIN_ENTRIES = 1 << 20  # from this many output entries on (int32 workspace), the radix path (H100: faster from ~1.7M)
 
 
 class Processed(NamedTuple):
@@ -145,6 +154,8 @@ def process(
             raise TypeError(f"{op}: value_dtype must be float32 or float64; got {wdtype}")
     produce_values = self_loops or norm != "none" or has_w
     upper = num_edges + (num_dst if self_loops else 0)
+    if upper >= ID_LIMIT:
+        raise ValueError(f"{op}: at most 2^32 - 1 edges after self-loop insertion; got up to {upper}")
     idx_c = "int" if upper + max(num_src, num_dst) < WORKSPACE_INT32_LIMIT else "long long"
     idx_dtype = torch.int32 if idx_c == "int" else torch.int64
     w_c = rt.ctype(wdtype)
@@ -153,7 +164,8 @@ def process(
     sort_name = f"gp_sort<{idx_c}, {w_c}, {WARP_CAP}, {vmode}>"
     tiles = -(-num_edges // TILE)
     family = [f"gp_count<{flags}>", f"gp_scatter<{flags}>", f"gp_scan<{idx_c}>", sort_name,
-              f"gp_transpose_perm<{idx_c}>"]
+              f"gp_transpose_perm<{idx_c}>", f"gp_finish_csr<{idx_c}, {w_c}, {vmode}>",
+              f"gp_finish_csc<{idx_c}, {w_c}, {vmode}>"]
     src, dst = edge_index[0], edge_index[1]
 
     ws = _Workspace(device, [
@@ -164,7 +176,9 @@ def process(
         ("tile_loops", idx_dtype, tiles if self_loops else 0),
     ])
     v = ws.views
-    rank_in, rank_out = torch.empty(2, num_edges, dtype=idx_dtype, device=device).unbind(0)
+    # Radix path (large graphs): no provisional slots, no segment sort (see _radix_formats).
+    radix = idx_c == "int" and upper >= RADIX_MIN_ENTRIES
+    rank_in, rank_out = (None, None) if radix else torch.empty(2, num_edges, dtype=idx_dtype, device=device).unbind(0)
     rt.launch(FILE, f"gp_count<{flags}>", device, (tiles,), (rt.BLOCK,), (
         rt.ptr(src), rt.ptr(dst), rt.ptr(edge_weight), rt.i64(num_edges), rt.ptr(v["cnt_in"]),
         rt.ptr(v["cnt_out"]), rt.ptr(v["loop_last"]), rt.ptr(v["deg"]), rt.ptr(v["tile_loops"]),
@@ -197,10 +211,9 @@ def process(
         new_index, e_src, e_dst = edge_index, src, dst
     value_rows = torch.empty(3, n_out, dtype=wdtype, device=device) if produce_values else None
     values, csr_values, csc_values = (None, None, None) if value_rows is None else value_rows.unbind(0)
-    ws_csr, ws_csc = torch.empty(2, n_out, dtype=torch.int64, device=device).unbind(0)  # 64-bit sort keys
-    inv_csr = torch.empty(n_out, dtype=idx_dtype, device=device)
+    ws_csr, ws_csc = (None, None) if radix else torch.empty(2, n_out, dtype=torch.int64, device=device).unbind(0)
     node_val = torch.empty(num_dst, dtype=wdtype, device=device) if vmode in (2, 3) else None
-    big = max_deg > WARP_CAP  # some row or column goes to the block-cooperative sort
+    big = not radix and max_deg > WARP_CAP  # some row or column goes to the block-cooperative sort
     big_list = torch.empty(min(num_src + num_dst, 2 * n_out // (WARP_CAP + 1) + 1), dtype=idx_dtype,
                            device=device) if big else None
     big_count = v["stats"][5:6]
@@ -221,24 +234,46 @@ def process(
     index_rows = torch.empty(7, n_out, dtype=torch.int64, device=device)
     csr_perm, col, row, csc_perm, csc_row, csc_col, csr_to_csc = index_rows.unbind(0)
     col32, row32 = torch.empty(2, n_out, dtype=torch.int32, device=device).unbind(0)
+    inv_csr = None if radix else torch.empty(n_out, dtype=idx_dtype, device=device)
     out_args = (
-        rt.ptr(rowptr), rt.ptr(colptr), rt.ptr(e_src), rt.ptr(e_dst), rt.ptr(values), rt.ptr(node_val),
+        rt.ptr(rowptr), rt.ptr(colptr), rt.ptr(e_src), rt.ptr(values), rt.ptr(node_val),
         rt.ptr(csr_perm), rt.ptr(col), rt.ptr(row), rt.ptr(col32), rt.ptr(csr_values), rt.ptr(inv_csr),
         rt.ptr(csc_perm), rt.ptr(csc_row), rt.ptr(csc_col), rt.ptr(row32), rt.ptr(csc_values), rt.i64(num_dst),
         rt.i64(num_src), rt.i64(kept),
     )
-    segments = num_src + num_dst
-    big_blocks = min(BIG_GRID, big_list.numel()) if big else 0
-    tmp = torch.empty(2 * n_out, dtype=torch.int64, device=device) if big else None
-    rt.launch(FILE, sort_name, device, (big_blocks + min(-(-segments // 8), SORT_GRID_MAX),), (rt.BLOCK,),
-              out_args + (rt.ptr(ws_csr), rt.ptr(ws_csc), rt.ptr(tmp), rt.i64(n_out), rt.ptr(big_list),
-                          rt.ptr(big_count), rt.i64(big_blocks)), family=family)
-    del tmp
-    rt.launch(FILE, f"gp_transpose_perm<{idx_c}>", device, (-(-n_out // rt.BLOCK),), (rt.BLOCK,), (
-        rt.ptr(csc_perm), rt.ptr(inv_csr), rt.ptr(csr_to_csc), rt.i64(n_out),
-    ), family=family)
+    if radix:
+        _radix_formats(device, out_args, e_src, e_dst, col32, csr_to_csc, num_src, num_dst, f"{idx_c}, {w_c}, {vmode}",
+                       family)
+    else:
+        segments = num_src + num_dst
+        big_blocks = min(BIG_GRID, big_list.numel()) if big else 0
+        tmp = torch.empty(2 * n_out, dtype=torch.int64, device=device) if big else None
+        rt.launch(FILE, sort_name, device, (big_blocks + min(-(-segments // 8), SORT_GRID_MAX),), (rt.BLOCK,),
+                  out_args + (rt.ptr(ws_csr), rt.ptr(ws_csc), rt.ptr(tmp), rt.i64(n_out), rt.ptr(big_list),
+                              rt.ptr(big_count), rt.i64(big_blocks)), family=family)
+        del tmp
+        rt.launch(FILE, f"gp_transpose_perm<{idx_c}>", device, (-(-n_out // rt.BLOCK),), (rt.BLOCK,), (
+            rt.ptr(csc_perm), rt.ptr(inv_csr), rt.ptr(csr_to_csc), rt.i64(n_out),
+        ), family=family)
     return Processed(new_index, values, rowptr, col, csr_perm, row, col32, csr_values, colptr, csc_row, csc_perm,
                      csc_col, row32, csc_values, csr_to_csc)
+
+
+def _radix_formats(device: torch.device, out_args: tuple, e_src: Tensor, e_dst: Tensor, col32: Tensor,
+                   csr_to_csc: Tensor, num_src: int, num_dst: int, types: str, family: list[str]) -> None:
+    """CSR, CSC and csr_to_csc by two radix sorts (large graphs): the processed COO by target, carrying
+    (id, source), gives the CSR; the CSR by source, carrying (CSR position, target, id), gives the CSC in its
+    order (by source, then CSR order) and csr_to_csc without a gather."""
+    n = e_src.numel()
+    grid = (-(-n // rt.BLOCK),)
+    rows, (ids, srcs) = radix_sort.sort_by_key(e_dst, num_dst, [e_src])
+    rt.launch(FILE, f"gp_finish_csr<{types}>", device, grid, (rt.BLOCK,),
+              out_args + (rows.data_ptr(), ids.data_ptr(), srcs.data_ptr(), n), family=family)
+    del srcs
+    cols, (pos, targets, csc_ids) = radix_sort.sort_by_key(col32, num_src, [rows, ids])
+    rt.launch(FILE, f"gp_finish_csc<{types}>", device, grid, (rt.BLOCK,),
+              out_args + (cols.data_ptr(), pos.data_ptr(), targets.data_ptr(), csc_ids.data_ptr(),
+                          csr_to_csc.data_ptr(), n), family=family)
 
 
 def _value_mode(produce_values: bool, has_w: bool, norm: str) -> int:
@@ -284,6 +319,7 @@ def instances() -> list[str]:
                     names.append(f"gp_scatter<{idx}, {w}, {has_w}, {loops}, {norm}, {ITEMS}>")
             for vmode in VALUE_MODES.values():
                 names.append(f"gp_sort<{idx}, {w}, {WARP_CAP}, {vmode}>")
+                names += [f"gp_finish_csr<{idx}, {w}, {vmode}>", f"gp_finish_csc<{idx}, {w}, {vmode}>"]
         names.append(f"gp_scan<{idx}>")
         names.append(f"gp_transpose_perm<{idx}>")
     return names

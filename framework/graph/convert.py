@@ -1,12 +1,15 @@
 """Reference (pure PyTorch) format conversion: COO → CSR (by target) and CSC (by source).
 
-These are the CPU path and the oracle that the fused GPU graph-processing stage must match exactly:
-the edge order inside a row is the original COO order (a stable sort), so the permutations are unique.
+These are the CPU path and the oracle that the fused GPU graph-processing stage must match exactly. The
+orders are unique: a CSR row keeps its edges in COO order (a stable sort by target); a CSC column holds its
+edges in CSR order, i.e. by target, then COO order (a stable sort of the CSR order by source: the transpose
+of the CSR, as in ``torch_sparse``'s CSR→CSC, so that no stage needs a second permutation to relate them).
 
 Shapes:
     edge_index: (2, E), row 0 = source, row 1 = target.
     rowptr: (num_dst + 1,), col: (E,) source of each CSR edge, perm: (E,) COO edge id of each CSR edge.
-    colptr: (num_src + 1,), row: (E,) target of each CSC edge, perm: (E,) COO edge id of each CSC edge.
+    colptr: (num_src + 1,), row: (E,) target of each CSC edge (ascending within a column), perm: (E,) COO edge
+    id of each CSC edge.
 """
 
 from __future__ import annotations
@@ -44,8 +47,12 @@ def coo_to_csr(edge_index: Tensor, num_dst: int) -> tuple[Tensor, Tensor, Tensor
 
 
 def coo_to_csc(edge_index: Tensor, num_src: int) -> tuple[Tensor, Tensor, Tensor]:
-    """COO → CSC with columns = sources. Returns ``(colptr, row, perm)``."""
-    return coo_to_compressed(edge_index[0], edge_index[1], num_src)
+    """COO → CSC with columns = sources, each column's edges in CSR order (by target, then COO position).
+    Returns ``(colptr, row, perm)``."""
+    src, dst = edge_index
+    by_target = torch.sort(dst, stable=True).indices
+    perm = by_target[torch.sort(src[by_target], stable=True).indices]
+    return counts_to_ptr(torch.bincount(src, minlength=num_src)), dst[perm], perm
 
 
 def ptr_to_index(ptr: Tensor) -> Tensor:

@@ -145,3 +145,13 @@ def test_mean_norm_rows_sum_to_one():
     has_edges = g.in_degree > 0
     assert torch.allclose(row_sums[has_edges], torch.ones_like(row_sums[has_edges]))
     assert (row_sums[~has_edges] == 0).all()
+
+
+def test_csc_columns_list_their_edges_in_csr_order():
+    """A CSC column is ordered by target, then COO position: the CSR's entries stably sorted by source."""
+    ei = torch.tensor([[2, 0, 2, 1, 2, 0], [1, 2, 0, 2, 1, 1]])
+    g = Graph(ei, num_nodes=3)
+    colptr, row, perm, col = g.csc
+    assert perm.tolist() == [5, 1, 3, 2, 0, 4]
+    assert row.tolist() == [1, 2, 2, 0, 1, 1] and col.tolist() == [0, 0, 1, 2, 2, 2]
+    assert torch.equal(g.csr_to_csc, torch.sort(g.csr.col, stable=True).indices)

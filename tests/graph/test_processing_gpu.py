@@ -101,6 +101,43 @@ def test_large_graph_multi_launch_scan():
           norm.add_remaining_self_loops(as_float64(g)), torch.float32)
 
 
+@pytest.mark.parametrize("name", ALL_CASES + ["large"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_radix_path_matches_reference(monkeypatch, name, weighted):
+    """The large-graph path (two radix sorts, no segment sort) on every case: the same outputs."""
+    monkeypatch.setattr(graph_processing, "RADIX_MIN_ENTRIES", 0)
+    g = processing_graph(name, weighted, torch.float32)
+    g64 = as_float64(g)
+    check(processing.mean_norm(g.to("cuda"), backend="fused"), norm.mean_norm(g64), torch.float32)
+    formats = processing.build_formats(g.to("cuda"), backend="fused")
+    check(formats, g, torch.float32, expect_values=False)
+    if g.num_src == g.num_dst:
+        check(processing.gcn_norm(g.to("cuda"), backend="fused"), norm.gcn_norm(g64), torch.float32)
+        check(processing.process_graph(g.to("cuda"), self_loops=True, fill_value=1.5, norm="mean", backend="fused"),
+              norm.mean_norm(norm.add_remaining_self_loops(g64, 1.5)), torch.float32)
+
+
+@pytest.mark.parametrize("n", [0, 1, 4095, 4096, 3 * 4096 + 17, 100_003])
+@pytest.mark.parametrize("bound", [1, 2, 300, 1 << 21])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_radix_sort_is_a_stable_sort(n, bound, dtype):
+    from graphfuse.kernels import radix_sort
+
+    gen = torch.Generator().manual_seed(n + bound)
+    keys = torch.randint(0, bound, (n,), generator=gen)
+    keys[: n // 3] = bound - 1  # a long run of one key (a hub)
+    keys = keys.to(dtype)
+    a, b = torch.randint(0, 2**31 - 1, (2, n), generator=gen).to(dtype)
+    want = torch.sort(keys, stable=True).indices
+    got_keys, (pos, ca, cb) = radix_sort.sort_by_key(keys.cuda(), bound, [a.cuda(), b.cuda()])
+    assert got_keys.dtype == torch.int32 and pos.dtype == torch.int32
+    assert torch.equal(got_keys.cpu().long(), keys[want].long())
+    assert torch.equal(pos.cpu().long(), want)
+    assert torch.equal(ca.cpu().long(), a[want].long()) and torch.equal(cb.cpu().long(), b[want].long())
+    got_keys, (ca, cb, cc) = radix_sort.sort_by_key(keys.cuda(), bound, [a.cuda(), b.cuda(), a.cuda()], iota=False)
+    assert torch.equal(ca.cpu().long(), a[want].long()) and torch.equal(cc.cpu().long(), a[want].long())
+
+
 @pytest.mark.parametrize("name", ["duplicates_loops", "giant_hub", "many_loops"])
 def test_int64_workspace(monkeypatch, name):
     monkeypatch.setattr(graph_processing, "WORKSPACE_INT32_LIMIT", 64)

@@ -12,7 +12,7 @@ import torch
 import graphfuse
 from cases import make_graph_case
 from graphfuse.engine import autograd, reference
-from graphfuse.kernels import gar, gas, spmm
+from graphfuse.kernels import gar, gas, radix_sort, spmm
 
 
 def test_kernels_import_without_cupy():
@@ -267,3 +267,24 @@ def test_plan_geometry_without_a_gpu():
     x = torch.zeros(4, 602)
     assert es._for(x, torch.zeros(4, 602)) is es  # fresh tensors are aligned
     assert es._for(torch.zeros(4 * 602 + 1)[1:].view(4, 602), torch.zeros(4, 602)).align == 4  # scalar twin
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, error, match",
+    [
+        ((torch.zeros(5, dtype=torch.int16), 4), {}, TypeError, "sort_by_key: keys must have dtype torch.int32 or"),
+        ((torch.zeros(5, dtype=torch.int64), 4, [torch.zeros(5, dtype=torch.int64)] * 3), {}, ValueError,
+         r"sort_by_key: 1 to 3 payloads \(carry plus iota\); got 4"),
+        ((torch.zeros(5, dtype=torch.int64), 4), {"iota": False}, ValueError, "1 to 3 payloads"),
+        ((torch.zeros(5, dtype=torch.int64), 4, [torch.zeros(5, dtype=torch.int32)]), {}, TypeError,
+         r"sort_by_key: carry\[0\] must have dtype torch.int64; got torch.int32"),
+        ((torch.zeros(5, dtype=torch.int64), 4, [torch.zeros(4, dtype=torch.int64)]), {}, ValueError,
+         r"sort_by_key: carry\[0\] must have shape \(n=5,\)"),
+        ((torch.zeros(5, dtype=torch.int64), 0), {}, ValueError, r"bound must be an int in \[1, 2\^31 - 1\]; got 0"),
+        ((torch.zeros(5, dtype=torch.int64), 2**31), {}, ValueError, "bound must be an int"),
+        ((torch.zeros(5, dtype=torch.int64), 4), {}, ValueError, "sort_by_key: keys must be a CUDA tensor"),
+    ],
+)
+def test_radix_sort_validation(args, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        radix_sort.sort_by_key(*args, **kwargs)

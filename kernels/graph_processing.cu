@@ -19,15 +19,17 @@
 //               Segments longer than WCAP (listed by gp_scatter) go to the kernel's first blocks: bitonic
 //               sort of 4,096-key chunks in shared memory, then merge-path passes in global memory.
 //   gp_transpose_perm  csr_to_csc[j] = position in CSR of the j-th CSC entry.
-// Large graphs (kernels/graph_processing.py: RADIX_MIN_ENTRIES) skip the provisional slots and the segment
-// sort: gp_count and gp_scatter (COO, values, factors only), then two stable radix sorts (radix_sort.cu) and
-// gp_finish_csr / gp_finish_csc, which write the outputs from the sorted arrays.
+// Large graphs (kernels/graph_processing.py: RADIX_MIN_ENTRIES) skip the provisional slots, the out-degree
+// count and the segment sort: gp_count (in-degrees), gp_node_factors, gp_scatter (COO and values only), then
+// two stable radix sorts (radix_sort.cu) whose last passes, gp_last_csr / gp_last_csc, write the outputs
+// from the sorted tile, and gp_colptr.
 //
 // IDX is the workspace index type (int when the edge count fits, else long long). With int, a CSR sort key
 // packs (id << 32 | source) in 64 bits, so the sort needs no gather of the endpoints; with long long the key
 // is the id alone. A CSC key is (target << 32 | id) either way. All kernel integer arguments are 64-bit. Float atomics only accumulate weighted
 // degrees, in double: values can differ from run to run in the last bits of a weighted fp64 graph only.
 #include "common.cuh"
+#include "radix_sort.cuh"
 
 #define GP_BLOCK 256
 #define GP_NORM_NONE 0
@@ -98,13 +100,14 @@ __global__ void __launch_bounds__(GP_BLOCK) gp_count(
       gp_atomic_max(loop_last + t, (IDX)(e + 1));
       ++loops;
     } else {
-      const IDX r_in = gp_atomic_add(cnt_in + t, (IDX)1), r_out = gp_atomic_add(cnt_out + s, (IDX)1);
-      if (rank_in) {  // provisional slots for gp_scatter (the radix path sorts without them)
-        rank_in[e] = r_in;
-        rank_out[e] = r_out;
-      }
+      const IDX r_in = gp_atomic_add(cnt_in + t, (IDX)1);
       mx_in = max(mx_in, (long long)r_in + 1);
-      mx_out = max(mx_out, (long long)r_out + 1);
+      if (rank_in) rank_in[e] = r_in;  // provisional slots for gp_scatter (the radix path sorts without them)
+      if (cnt_out) {  // the radix path takes colptr from its sorted keys (gp_colptr)
+        const IDX r_out = gp_atomic_add(cnt_out + s, (IDX)1);
+        mx_out = max(mx_out, (long long)r_out + 1);
+        if (rank_out) rank_out[e] = r_out;
+      }
       if (NORM != GP_NORM_NONE && HAS_W) atomicAdd(deg + t, (double)w[e]);
     }
   }
@@ -177,7 +180,7 @@ __global__ void __launch_bounds__(GP_SCAN_THREADS) gp_scan(
     const IDX* __restrict__ cnt_out, i64 num_src, i64* __restrict__ colptr,
     const IDX* __restrict__ tile_loops, i64 num_tiles, i64* __restrict__ tile_offset, i64 add_loops) {
   gp_block_scan<IDX>(cnt_in, num_dst, add_loops, rowptr);
-  gp_block_scan<IDX>(cnt_out, num_src, add_loops, colptr);
+  if (cnt_out) gp_block_scan<IDX>(cnt_out, num_src, add_loops, colptr);
   if (tile_offset) gp_block_scan<IDX>(tile_loops, num_tiles, 0, tile_offset);
 }
 
@@ -200,6 +203,14 @@ __device__ __forceinline__ W gp_degree(const IDX* cnt_in, const double* deg, con
 
 template <typename W> __device__ __forceinline__ W gp_inv_sqrt(W d) {
   return d > W(0) ? W(1) / sqrt(d) : W(0);
+}
+
+// Per-node factor of the normalisation: deg^-1/2 (GCN) or 1/deg (mean).
+template <typename IDX, typename W, bool HAS_W, bool LOOPS, int NORM>
+__device__ __forceinline__ W gp_factor(const IDX* cnt_in, const double* deg, const IDX* loop_last, const W* w,
+                                       i64 v, double fill) {
+  const W d = gp_degree<IDX, W, HAS_W, LOOPS>(cnt_in, deg, loop_last, w, v, fill);
+  return NORM == GP_NORM_GCN ? gp_inv_sqrt(d) : W(1) / d;
 }
 
 // CSR sort keys: (id << 32 | source) when IDX is int (PACK), else the id alone. CSC sort keys:
@@ -243,7 +254,7 @@ __global__ void __launch_bounds__(GP_BLOCK) gp_scatter(
     const IDX* __restrict__ rank_in, const IDX* __restrict__ rank_out, const IDX* __restrict__ cnt_in,
     const IDX* __restrict__ loop_last, const double* __restrict__ deg, const i64* __restrict__ tile_offset,
     i64 num_kept, double fill, i64* __restrict__ out_src, i64* __restrict__ out_dst, W* __restrict__ values,
-    W* __restrict__ node_val, typename GpKey<IDX>::type* __restrict__ ws_csr,
+    W* __restrict__ node_val, const W* __restrict__ factors, typename GpKey<IDX>::type* __restrict__ ws_csr,
     typename GpKey<IDX>::type* __restrict__ ws_csc, i64 num_src, IDX* __restrict__ big_list,
     unsigned long long* __restrict__ big_count, i64 wcap) {
   if ((i64)blockIdx.x >= num_tiles) {  // nodes (and, with big_list, the segments longer than wcap)
@@ -253,10 +264,7 @@ __global__ void __launch_bounds__(GP_BLOCK) gp_scatter(
       if (len > wcap) big_list[atomicAdd(big_count, 1ull)] = (IDX)v;
     }
     if (v >= num_dst) return;
-    if (node_val) {
-      const W d = gp_degree<IDX, W, HAS_W, LOOPS>(cnt_in, deg, loop_last, w, v, fill);
-      node_val[v] = NORM == GP_NORM_GCN ? gp_inv_sqrt(d) : W(1) / d;
-    }
+    if (node_val) node_val[v] = gp_factor<IDX, W, HAS_W, LOOPS, NORM>(cnt_in, deg, loop_last, w, v, fill);
     if (!LOOPS) return;
     const i64 id = num_kept + v;  // an inserted loop is always the last entry of row v and of column v
     out_src[id] = v;
@@ -314,7 +322,9 @@ __global__ void __launch_bounds__(GP_BLOCK) gp_scatter(
     }
     if (values) {
       const W we = HAS_W ? w[e] : W(1);
-      if (NORM == GP_NORM_GCN) {
+      if (factors && NORM != GP_NORM_NONE) {  // unweighted, factors ready (gp_node_factors): the same values
+        values[id] = NORM == GP_NORM_GCN ? factors[s] * we * factors[t] : we * factors[t];
+      } else if (NORM == GP_NORM_GCN) {
         const W ds = gp_inv_sqrt(gp_degree<IDX, W, HAS_W, LOOPS>(cnt_in, deg, loop_last, w, s, fill));
         const W dt = gp_inv_sqrt(gp_degree<IDX, W, HAS_W, LOOPS>(cnt_in, deg, loop_last, w, t, fill));
         values[id] = ds * we * dt;
@@ -523,36 +533,92 @@ __global__ void __launch_bounds__(GP_BLOCK) gp_transpose_perm(
 }
 
 // ------------------------------------------------------------------------------------------ radix path
-// Large graphs sort by radix instead (radix_sort.cu): the new COO by target with (id, source) carried gives
-// the CSR; the CSR by source with (CSR position, target, id) carried gives the CSC and csr_to_csc at once
-// (a CSC column is in CSR order). These write the outputs from the sorted int32 arrays, entry-parallel.
-template <typename IDX, typename W, int VMODE>
-__global__ void __launch_bounds__(GP_BLOCK) gp_finish_csr(
-    GP_OUT_PARAMS, const int* __restrict__ s_row, const int* __restrict__ s_id, const int* __restrict__ s_src,
-    i64 n) {
-  GP_OUT_INIT;
-  const i64 j = (i64)blockIdx.x * GP_BLOCK + threadIdx.x;
-  if (j >= n) return;
-  const i64 id = s_id[j], c = s_src[j], q = s_row[j];
-  o.csr_perm[j] = id;
-  o.csr_col[j] = c;
-  o.csr_col32[j] = (int)c;
-  o.csr_row[j] = q;
-  if (VMODE != GP_V_NONE) o.csr_val[j] = gp_value<IDX, W, VMODE>(o, id, c, q);
+// Per-node factor (deg^-1/2 for GCN, 1/deg for mean) of an unweighted graph before gp_scatter, so that an
+// edge reads two factors instead of both endpoints' counts and self-loop slots. (Templated like gp_scatter,
+// ITEMS unused, so that both come from one set of flags.)
+template <typename IDX, typename W, bool HAS_W, bool LOOPS, int NORM, int ITEMS>
+__global__ void __launch_bounds__(GP_BLOCK) gp_node_factors(
+    const IDX* __restrict__ cnt_in, const double* __restrict__ deg, const IDX* __restrict__ loop_last,
+    const W* __restrict__ w, i64 num_dst, double fill, W* __restrict__ node_val) {
+  const i64 v = (i64)blockIdx.x * GP_BLOCK + threadIdx.x;
+  if (v >= num_dst) return;
+  node_val[v] = gp_factor<IDX, W, HAS_W, LOOPS, NORM>(cnt_in, deg, loop_last, w, v, fill);
 }
 
-template <typename IDX, typename W, int VMODE>
-__global__ void __launch_bounds__(GP_BLOCK) gp_finish_csc(
-    GP_OUT_PARAMS, const int* __restrict__ s_col, const int* __restrict__ s_pos, const int* __restrict__ s_row,
-    const int* __restrict__ s_id, i64* __restrict__ csr_to_csc, i64 n) {
+// Large graphs sort by radix instead (radix_sort.cu): the new COO by target with (id, source) carried gives
+// the CSR; the CSR by source with (CSR position, target, id) carried gives the CSC and csr_to_csc at once
+// (a CSC column is in CSR order). The last pass of each sort writes the outputs from its sorted tile.
+
+// Value of the entry (source s -> target t) from the per-node factors; with LOOPS an entry s == t is the
+// inserted loop of t (every original self-loop was dropped), id num_kept + t, whose value gp_scatter wrote.
+template <typename IDX, typename W, int VMODE, bool LOOPS>
+__device__ __forceinline__ W gp_factor_value(const GpOut<IDX, W>& o, i64 s, i64 t) {
+  if (LOOPS && s == t) return o.values[o.num_kept + t];
+  if (VMODE == GP_V_GCN) return o.node_val[s] * o.node_val[t];
+  if (VMODE == GP_V_MEAN) return o.node_val[t];
+  return W(1);
+}
+
+// Last pass of the CSR sort (keys = targets; payloads id, source): writes perm, col, col32, row and values.
+template <typename IDX, typename W, int VMODE, bool LOOPS>
+__global__ void __launch_bounds__(RS_BLOCK, 4) gp_last_csr(
+    GP_OUT_PARAMS, const int* __restrict__ keys, const int* __restrict__ ids, const int* __restrict__ srcs, i64 n,
+    int shift, int bins, const int* __restrict__ hist, const int* __restrict__ ends, i64 tiles) {
   GP_OUT_INIT;
+  __shared__ RsShared sh;
+  int rank[RS_ITEMS];
+  const int count = rs_rank_tile<int>(keys, n, shift, bins, hist, ends, tiles, sh, rank);
+  for (int k = threadIdx.x; k < count; k += RS_BLOCK) o.csr_row[rs_out(sh, k, shift, bins)] = sh.key[k];
+  rs_stage<int, false>(ids, n, rank, sh);
+  for (int k = threadIdx.x; k < count; k += RS_BLOCK) {
+    const int j = rs_out(sh, k, shift, bins), id = sh.val[k];
+    o.csr_perm[j] = id;
+    if (VMODE == GP_V_GATHER) o.csr_val[j] = o.values[id];
+  }
+  rs_stage<int, false>(srcs, n, rank, sh);
+  for (int k = threadIdx.x; k < count; k += RS_BLOCK) {
+    const int j = rs_out(sh, k, shift, bins), c = sh.val[k];
+    o.csr_col[j] = c;
+    o.csr_col32[j] = c;
+    if (VMODE != GP_V_NONE && VMODE != GP_V_GATHER) o.csr_val[j] = gp_factor_value<IDX, W, VMODE, LOOPS>(o, c, sh.key[k]);
+  }
+}
+
+// Last pass of the CSC sort (keys = sources; payloads CSR position, target, id): writes the CSC outputs and
+// csr_to_csc.
+template <typename IDX, typename W, int VMODE, bool LOOPS>
+__global__ void __launch_bounds__(RS_BLOCK, 4) gp_last_csc(
+    GP_OUT_PARAMS, const int* __restrict__ keys, const int* __restrict__ pos, const int* __restrict__ rows,
+    const int* __restrict__ ids, i64* __restrict__ csr_to_csc, i64 n, int shift, int bins,
+    const int* __restrict__ hist, const int* __restrict__ ends, i64 tiles) {
+  GP_OUT_INIT;
+  __shared__ RsShared sh;
+  int rank[RS_ITEMS];
+  const int count = rs_rank_tile<int>(keys, n, shift, bins, hist, ends, tiles, sh, rank);
+  for (int k = threadIdx.x; k < count; k += RS_BLOCK) o.csc_col[rs_out(sh, k, shift, bins)] = sh.key[k];
+  rs_stage<int, false>(pos, n, rank, sh);
+  for (int k = threadIdx.x; k < count; k += RS_BLOCK) csr_to_csc[rs_out(sh, k, shift, bins)] = sh.val[k];
+  rs_stage<int, false>(rows, n, rank, sh);
+  for (int k = threadIdx.x; k < count; k += RS_BLOCK) {
+    const int j = rs_out(sh, k, shift, bins), r = sh.val[k];
+    o.csc_row[j] = r;
+    o.csc_row32[j] = r;
+    if (VMODE != GP_V_NONE && VMODE != GP_V_GATHER) o.csc_val[j] = gp_factor_value<IDX, W, VMODE, LOOPS>(o, sh.key[k], r);
+  }
+  rs_stage<int, false>(ids, n, rank, sh);
+  for (int k = threadIdx.x; k < count; k += RS_BLOCK) {
+    const int j = rs_out(sh, k, shift, bins), id = sh.val[k];
+    o.csc_perm[j] = id;
+    if (VMODE == GP_V_GATHER) o.csc_val[j] = o.values[id];
+  }
+}
+
+// colptr[c] = first position of a key >= c in the sorted keys (thread j writes the pointers of the columns
+// that start at j; j = n closes the empty columns at the end).
+__global__ void __launch_bounds__(GP_BLOCK) gp_colptr(const i64* __restrict__ sorted, i64 n, i64* __restrict__ colptr,
+                                                      i64 num_cols) {
   const i64 j = (i64)blockIdx.x * GP_BLOCK + threadIdx.x;
-  if (j >= n) return;
-  const i64 id = s_id[j], r = s_row[j], c = s_col[j];
-  o.csc_perm[j] = id;
-  o.csc_row[j] = r;
-  o.csc_row32[j] = (int)r;
-  o.csc_col[j] = c;
-  if (VMODE != GP_V_NONE) o.csc_val[j] = gp_value<IDX, W, VMODE>(o, id, c, r);
-  csr_to_csc[j] = s_pos[j];
+  if (j > n) return;
+  const i64 prev = j == 0 ? -1 : sorted[j - 1], cur = j == n ? num_cols : sorted[j];
+  for (i64 c = prev + 1; c <= cur; ++c) colptr[c] = j;
 }

@@ -5,11 +5,13 @@ One call runs six launches (zero-fill of the workspace, count, scan, scatter, se
 transpose) and one host sync (after the count: the number of dropped self-loops fixes the output size, the
 maximum degree tells whether long segments exist, out-of-range indices are reported). Graphs whose scan is
 longer than ``SINGLE_BLOCK_SCAN`` scan with ``torch.cumsum`` (more launches, on large graphs only). From
-``RADIX_MIN_ENTRIES`` output entries on, the scatter only writes the COO and its values, and the formats come
-from two stable radix sorts (:mod:`graphfuse.kernels.radix_sort`; CSR by target carrying (id, source), then
-the CSR by source carrying (CSR position, target, id): the CSC and ``csr_to_csc`` with no gather) and two
-entry-parallel kernels that write the outputs: ~20 launches, a fraction of the segment sort's time once hub
-rows hold tens of thousands of entries.
+``RADIX_MIN_ENTRIES`` output entries on (the radix path), the count skips out-degrees and provisional slots,
+the scatter only writes the COO and its values, and the formats come from two stable radix sorts
+(:mod:`graphfuse.kernels.radix_sort`): the COO by target carrying (id, source) gives the CSR, the CSR by
+source carrying (CSR position, target, id) gives the CSC and ``csr_to_csc`` with no gather; the last pass of
+each writes the outputs itself (``gp_last_csr`` / ``gp_last_csc``) and ``gp_colptr`` reads ``colptr`` off the
+sorted sources: ~30 launches, a fraction of the segment sort's time once hub rows hold tens of thousands of
+entries.
 
 The result equals the reference (``graphfuse.graph.convert`` / ``graphfuse.graph.norm``) exactly in
 structure and permutation; values within floating-point rounding (degrees are accumulated in float64, with
@@ -26,6 +28,7 @@ Shapes:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -164,20 +167,20 @@ def process(
     sort_name = f"gp_sort<{idx_c}, {w_c}, {WARP_CAP}, {vmode}>"
     tiles = -(-num_edges // TILE)
     family = [f"gp_count<{flags}>", f"gp_scatter<{flags}>", f"gp_scan<{idx_c}>", sort_name,
-              f"gp_transpose_perm<{idx_c}>", f"gp_finish_csr<{idx_c}, {w_c}, {vmode}>",
-              f"gp_finish_csc<{idx_c}, {w_c}, {vmode}>"]
+              f"gp_transpose_perm<{idx_c}>", f"gp_last_csr<{idx_c}, {w_c}, {vmode}, {rt.cbool(self_loops)}>",
+              f"gp_last_csc<{idx_c}, {w_c}, {vmode}, {rt.cbool(self_loops)}>", "gp_colptr", f"gp_node_factors<{flags}>"]
     src, dst = edge_index[0], edge_index[1]
 
+    # Radix path (large graphs): no provisional slots, no out-degree count, no segment sort (_radix_formats).
+    radix = idx_c == "int" and upper >= RADIX_MIN_ENTRIES
     ws = _Workspace(device, [
         ("stats", torch.int64, 8),
         ("deg", torch.float64, num_dst if (norm != "none" and has_w) else 0),
-        ("cnt_in", idx_dtype, num_dst), ("cnt_out", idx_dtype, num_src),
+        ("cnt_in", idx_dtype, num_dst), ("cnt_out", idx_dtype, 0 if radix else num_src),
         ("loop_last", idx_dtype, num_dst if self_loops else 0),
         ("tile_loops", idx_dtype, tiles if self_loops else 0),
     ])
     v = ws.views
-    # Radix path (large graphs): no provisional slots, no segment sort (see _radix_formats).
-    radix = idx_c == "int" and upper >= RADIX_MIN_ENTRIES
     rank_in, rank_out = (None, None) if radix else torch.empty(2, num_edges, dtype=idx_dtype, device=device).unbind(0)
     rt.launch(FILE, f"gp_count<{flags}>", device, (tiles,), (rt.BLOCK,), (
         rt.ptr(src), rt.ptr(dst), rt.ptr(edge_weight), rt.i64(num_edges), rt.ptr(v["cnt_in"]),
@@ -217,16 +220,25 @@ def process(
     big_list = torch.empty(min(num_src + num_dst, 2 * n_out // (WARP_CAP + 1) + 1), dtype=idx_dtype,
                            device=device) if big else None
     big_count = v["stats"][5:6]
+    factors = None  # radix path, unweighted: the factors first (one more launch), so edges read two of them
+    if radix and node_val is not None:
+        factors, node_val_scatter = node_val, None
+        rt.launch(FILE, f"gp_node_factors<{flags}>", device, (-(-num_dst // rt.BLOCK),), (rt.BLOCK,), (
+            rt.ptr(v["cnt_in"]), rt.ptr(v["deg"]), rt.ptr(v["loop_last"]), rt.ptr(edge_weight), rt.i64(num_dst),
+            rt.f64(fill_value), rt.ptr(node_val)), family=family)
+    else:
+        node_val_scatter = node_val
     if big:
         node_blocks = -(-(num_dst + num_src) // rt.BLOCK)
     else:
-        node_blocks = -(-num_dst // rt.BLOCK) if (self_loops or node_val is not None) else 0
+        node_blocks = -(-num_dst // rt.BLOCK) if (self_loops or node_val_scatter is not None) else 0
     rt.launch(FILE, f"gp_scatter<{flags}>", device, (tiles + node_blocks,), (rt.BLOCK,), (
         rt.ptr(src), rt.ptr(dst), rt.ptr(edge_weight), rt.i64(num_edges), rt.i64(num_dst), rt.i64(tiles),
         rt.ptr(rowptr), rt.ptr(colptr), rt.ptr(rank_in), rt.ptr(rank_out), rt.ptr(v["cnt_in"]),
         rt.ptr(v["loop_last"]), rt.ptr(v["deg"]), rt.ptr(tile_offset), rt.i64(kept), rt.f64(fill_value),
         rt.ptr(e_src if self_loops else None), rt.ptr(e_dst if self_loops else None), rt.ptr(values),
-        rt.ptr(node_val), rt.ptr(ws_csr), rt.ptr(ws_csc), rt.i64(num_src), rt.ptr(big_list), rt.ptr(big_count),
+        rt.ptr(node_val_scatter), rt.ptr(factors), rt.ptr(ws_csr), rt.ptr(ws_csc), rt.i64(num_src),
+        rt.ptr(big_list), rt.ptr(big_count),
         rt.i64(WARP_CAP),
     ), family=family)
     del rank_in, rank_out
@@ -242,8 +254,8 @@ def process(
         rt.i64(num_src), rt.i64(kept),
     )
     if radix:
-        _radix_formats(device, out_args, e_src, e_dst, col32, csr_to_csc, num_src, num_dst, f"{idx_c}, {w_c}, {vmode}",
-                       family)
+        _radix_formats(device, out_args, e_src, e_dst, colptr, (col, row, csr_perm), csc_col, csr_to_csc, num_src,
+                       num_dst, f"{idx_c}, {w_c}, {vmode}, {rt.cbool(self_loops)}", family)
     else:
         segments = num_src + num_dst
         big_blocks = min(BIG_GRID, big_list.numel()) if big else 0
@@ -259,21 +271,27 @@ def process(
                      csc_col, row32, csc_values, csr_to_csc)
 
 
-def _radix_formats(device: torch.device, out_args: tuple, e_src: Tensor, e_dst: Tensor, col32: Tensor,
-                   csr_to_csc: Tensor, num_src: int, num_dst: int, types: str, family: list[str]) -> None:
+def _radix_formats(device: torch.device, out_args: tuple, e_src: Tensor, e_dst: Tensor, colptr: Tensor,
+                   csr: tuple[Tensor, Tensor, Tensor], csc_col: Tensor, csr_to_csc: Tensor, num_src: int,
+                   num_dst: int, types: str, family: list[str]) -> None:
     """CSR, CSC and csr_to_csc by two radix sorts (large graphs): the processed COO by target, carrying
     (id, source), gives the CSR; the CSR by source, carrying (CSR position, target, id), gives the CSC in its
-    order (by source, then CSR order) and csr_to_csc without a gather."""
+    order (by source, then CSR order), csr_to_csc without a gather, and colptr (no out-degree count). The last
+    pass of each sort writes the outputs (gp_last_csr / gp_last_csc)."""
     n = e_src.numel()
-    grid = (-(-n // rt.BLOCK),)
-    rows, (ids, srcs) = radix_sort.sort_by_key(e_dst, num_dst, [e_src])
-    rt.launch(FILE, f"gp_finish_csr<{types}>", device, grid, (rt.BLOCK,),
-              out_args + (rows.data_ptr(), ids.data_ptr(), srcs.data_ptr(), n), family=family)
-    del srcs
-    cols, (pos, targets, csc_ids) = radix_sort.sort_by_key(col32, num_src, [rows, ids])
-    rt.launch(FILE, f"gp_finish_csc<{types}>", device, grid, (rt.BLOCK,),
-              out_args + (cols.data_ptr(), pos.data_ptr(), targets.data_ptr(), csc_ids.data_ptr(),
-                          csr_to_csc.data_ptr(), n), family=family)
+
+    def last(name: str, extra: tuple = ()) -> Callable[..., None]:
+        def launch(keys, payloads, shift, bins, hist, ends, tiles) -> None:
+            rt.launch(FILE, f"{name}<{types}>", device, (tiles,), (radix_sort.BLOCK,), out_args + (
+                keys.data_ptr(), *(p.data_ptr() for p in payloads), *extra, n, shift, bins, hist.data_ptr(),
+                ends.data_ptr(), tiles), family=family)
+        return launch
+
+    radix_sort.sort_by_key(e_dst, num_dst, [e_src], last=last("gp_last_csr"))
+    col, row, perm = csr
+    radix_sort.sort_by_key(col, num_src, [row, perm], last=last("gp_last_csc", (csr_to_csc.data_ptr(),)))
+    rt.launch(FILE, "gp_colptr", device, (-(-(n + 1) // rt.BLOCK),), (rt.BLOCK,),
+              (csc_col.data_ptr(), n, colptr.data_ptr(), num_src), family=family)
 
 
 def _value_mode(produce_values: bool, has_w: bool, norm: str) -> int:
@@ -317,9 +335,11 @@ def instances() -> list[str]:
                 for loops, norm in (("true", 1), ("true", 0), ("true", 2), ("false", 0), ("false", 1), ("false", 2)):
                     names.append(f"gp_count<{idx}, {w}, {has_w}, {loops}, {norm}, {ITEMS}>")
                     names.append(f"gp_scatter<{idx}, {w}, {has_w}, {loops}, {norm}, {ITEMS}>")
+                    names.append(f"gp_node_factors<{idx}, {w}, {has_w}, {loops}, {norm}, {ITEMS}>")
             for vmode in VALUE_MODES.values():
                 names.append(f"gp_sort<{idx}, {w}, {WARP_CAP}, {vmode}>")
-                names += [f"gp_finish_csr<{idx}, {w}, {vmode}>", f"gp_finish_csc<{idx}, {w}, {vmode}>"]
+                names += [f"gp_last_{f}<{idx}, {w}, {vmode}, {loops}>" for f in ("csr", "csc")
+                          for loops in ("false", "true")]
         names.append(f"gp_scan<{idx}>")
         names.append(f"gp_transpose_perm<{idx}>")
-    return names
+    return names + ["gp_colptr"]

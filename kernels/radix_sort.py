@@ -1,6 +1,7 @@
 """Launcher of the stable radix sort of node-id keys with carried payloads (radix_sort.cu).
 
-Used by the graph-processing stage on large graphs. ``bound`` fixes the key bits: ceil(bits / 8) passes of
+Used by the graph-processing stage on large graphs, whose last passes write the stage's outputs themselves
+(``last=``, kernels on radix_sort.cuh). ``bound`` fixes the key bits: ceil(bits / 8) passes of
 at most 8 bits each (a 2M-node graph: three 7-bit passes), each a histogram launch, a ``torch.cumsum`` and a
 scatter launch; every pass reads and writes the keys and payloads once.
 
@@ -12,7 +13,7 @@ Shapes:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -20,15 +21,21 @@ from torch import Tensor
 from . import runtime as rt
 
 FILE = "radix_sort.cu"
-TILE = 256 * 16  # RS_TILE
+BLOCK = 256  # RS_BLOCK
+TILE = BLOCK * 16  # RS_TILE
 MAX_DIGIT_BITS = 8
 INT32_LIMIT = 2**31 - 1
 
 
-def sort_by_key(keys: Tensor, bound: int, carry: Sequence[Tensor] = (), *, iota: bool = True
-                ) -> tuple[Tensor, list[Tensor]]:
+def sort_by_key(keys: Tensor, bound: int, carry: Sequence[Tensor] = (), *, iota: bool = True,
+                last: Callable[..., None] | None = None) -> tuple[Tensor, list[Tensor]] | None:
     """Stable sort of ``keys`` (values in [0, bound)) carrying ``carry`` (and the input positions with
-    ``iota``); see the module docstring. Values are not range-checked: the caller's counts guarantee them."""
+    ``iota``); see the module docstring. Values are not range-checked: the caller's counts guarantee them.
+
+    ``last``: replaces the last pass's scatter (and then nothing is returned): called as
+    ``last(keys, payloads, shift, bins, hist, ends, tiles)`` with that pass's int32 inputs and histogram, for a
+    kernel built on radix_sort.cuh that writes its own outputs from the sorted tile. There are at least two
+    passes then, so the inputs are always int32 buffers."""
     op = "sort_by_key"
     rt.check_tensor(op, "keys", keys, dtypes=(torch.int32, torch.int64), ndim=1)
     n = keys.numel()
@@ -43,24 +50,27 @@ def sort_by_key(keys: Tensor, bound: int, carry: Sequence[Tensor] = (), *, iota:
         raise ValueError(f"{op}: at most 2^31 - 1 entries (int32 positions); got {n}")
     device = rt.check_devices(op, {"keys": keys, **{f"carry[{i}]": t for i, t in enumerate(carry)}})
     bits = max(1, (bound - 1).bit_length())
-    passes = -(-bits // MAX_DIGIT_BITS)
+    passes = max(-(-bits // MAX_DIGIT_BITS), 2 if last else 1)
     digit = -(-bits // passes)
     bins = 1 << digit
     tiles = -(-n // TILE)
     buffers = torch.empty(2, 1 + payloads, n, dtype=torch.int32, device=device)
     if n == 0:
-        return buffers[0, 0], list(buffers[0, 1:])
+        return None if last else (buffers[0, 0], list(buffers[0, 1:]))
     hist = torch.empty(bins * tiles, dtype=torch.int32, device=device)
     src: list[Tensor | None] = [keys] + ([None] if iota else []) + list(carry)
     for p in range(passes):
         dst = list(buffers[p % 2])
         ctype = "long long" if src[0].dtype == torch.int64 else "int"
         first = p == 0 and iota
-        rt.launch(FILE, f"rs_hist<{ctype}>", device, (tiles,), (256,), (
+        rt.launch(FILE, f"rs_hist<{ctype}>", device, (tiles,), (BLOCK,), (
             rt.ptr(src[0]), n, p * digit, bins, hist.data_ptr(), tiles), family=_family())
         ends = torch.cumsum(hist, 0, dtype=torch.int32)
+        if last is not None and p == passes - 1:
+            last(src[0], src[1:], p * digit, bins, hist, ends, tiles)
+            return None
         pays = src[1:] + [None] * (3 - payloads)
-        rt.launch(FILE, f"rs_scatter<{ctype}, {payloads}, {rt.cbool(first)}>", device, (tiles,), (256,), (
+        rt.launch(FILE, f"rs_scatter<{ctype}, {payloads}, {rt.cbool(first)}>", device, (tiles,), (BLOCK,), (
             rt.ptr(src[0]), *(rt.ptr(t) for t in pays), n, p * digit, bins, hist.data_ptr(), ends.data_ptr(), tiles,
             *(rt.ptr(t) for t in dst), *([0] * (3 - payloads))), family=_family())
         src = dst

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import re
 import struct
 import threading
 from collections.abc import Sequence
@@ -25,7 +26,6 @@ import torch
 from torch import Tensor
 
 KERNEL_DIR = Path(__file__).resolve().parent
-COMMON_HEADER = "common.cuh"
 COMPILE_OPTIONS = ("--std=c++17",)
 BLOCK = 256
 
@@ -56,13 +56,24 @@ def is_available() -> bool:
         return False
 
 
+_INCLUDE = re.compile(r'^#include "([\w.]+\.cuh)"[ \t]*$', re.MULTILINE)
+
+
 @functools.cache
 def source(filename: str) -> str:
-    """The text of kernels/<filename> with ``#include "common.cuh"`` inlined (NVRTC needs no include path,
-    and CuPy's cache key, computed from the source text, changes whenever the header does)."""
-    text = (KERNEL_DIR / filename).read_text()
-    header = (KERNEL_DIR / COMMON_HEADER).read_text().replace("#pragma once", "")
-    return text.replace(f'#include "{COMMON_HEADER}"', header)
+    """The text of kernels/<filename> with its ``#include "x.cuh"`` headers (common.cuh, radix_sort.cuh)
+    inlined, each once, at its first include (NVRTC needs no include path, and CuPy's cache key, computed from
+    the source text, changes whenever a header does)."""
+    seen: set[str] = set()
+
+    def inline(match: re.Match) -> str:
+        name = match.group(1)
+        if name in seen:
+            return ""
+        seen.add(name)
+        return _INCLUDE.sub(inline, (KERNEL_DIR / name).read_text().replace("#pragma once", ""))
+
+    return _INCLUDE.sub(inline, (KERNEL_DIR / filename).read_text())
 
 
 def kernel_files() -> list[Path]:

@@ -561,7 +561,7 @@ __device__ __forceinline__ W gp_factor_value(const GpOut<IDX, W>& o, i64 s, i64 
 
 // Last pass of the CSR sort (keys = targets; payloads id, source): writes perm, col, col32, row and values.
 template <typename IDX, typename W, int VMODE, bool LOOPS>
-__global__ void __launch_bounds__(RS_BLOCK, 4) gp_last_csr(
+__global__ void __launch_bounds__(RS_BLOCK, 3) gp_last_csr(
     GP_OUT_PARAMS, const int* __restrict__ keys, const int* __restrict__ ids, const int* __restrict__ srcs, i64 n,
     int shift, int bins, const int* __restrict__ hist, const int* __restrict__ ends, i64 tiles) {
   GP_OUT_INIT;
@@ -587,7 +587,7 @@ __global__ void __launch_bounds__(RS_BLOCK, 4) gp_last_csr(
 // Last pass of the CSC sort (keys = sources; payloads CSR position, target, id): writes the CSC outputs and
 // csr_to_csc.
 template <typename IDX, typename W, int VMODE, bool LOOPS>
-__global__ void __launch_bounds__(RS_BLOCK, 4) gp_last_csc(
+__global__ void __launch_bounds__(RS_BLOCK, 3) gp_last_csc(
     GP_OUT_PARAMS, const int* __restrict__ keys, const int* __restrict__ pos, const int* __restrict__ rows,
     const int* __restrict__ ids, i64* __restrict__ csr_to_csc, i64 n, int shift, int bins,
     const int* __restrict__ hist, const int* __restrict__ ends, i64 tiles) {

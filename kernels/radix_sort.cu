@@ -42,7 +42,7 @@ __device__ __forceinline__ void rs_store(const KT* __restrict__ in, int* __restr
 
 // P payloads (1 to 3); with IOTA payload 0 is the input position and p0 is not read.
 template <typename KT, int P, bool IOTA>
-__global__ void __launch_bounds__(RS_BLOCK, 4) rs_scatter(
+__global__ void __launch_bounds__(RS_BLOCK, 3) rs_scatter(
     const KT* __restrict__ keys, const KT* __restrict__ p0, const KT* __restrict__ p1, const KT* __restrict__ p2,
     i64 n, int shift, int bins, const int* __restrict__ hist, const int* __restrict__ ends, i64 tiles,
     int* __restrict__ keys_out, int* __restrict__ o0, int* __restrict__ o1, int* __restrict__ o2) {

@@ -78,8 +78,9 @@ __device__ __forceinline__ void gp_block_sum_max(long long& sum, long long& mx1,
 // ------------------------------------------------------------------------------------------ gp_count
 // Tile of block b: edges b * GP_BLOCK * ITEMS + i * GP_BLOCK + threadIdx.x for i < ITEMS (gp_scatter uses
 // the same tiling, so the per-tile self-loop counts line up).
-// stats (unsigned long long): [0] self-loops removed, [1] max in-count, [2] max out-count, [3] edges out of
-// range, [4] E - (first such edge), [5] long segments (gp_sort).
+// stats (unsigned long long): [0] self-loops removed, [1] max in-count, [2] max out-count (both 0 on the radix
+// path, which counts in-degrees only), [3] edges out of range, [4] E - (first such edge), [5] long segments
+// (gp_sort).
 template <typename IDX, typename W, bool HAS_W, bool LOOPS, int NORM, int ITEMS>
 __global__ void __launch_bounds__(GP_BLOCK) gp_count(
     const i64* __restrict__ src, const i64* __restrict__ dst, const W* __restrict__ w, i64 num_edges,
@@ -100,13 +101,14 @@ __global__ void __launch_bounds__(GP_BLOCK) gp_count(
       gp_atomic_max(loop_last + t, (IDX)(e + 1));
       ++loops;
     } else {
-      const IDX r_in = gp_atomic_add(cnt_in + t, (IDX)1);
-      mx_in = max(mx_in, (long long)r_in + 1);
-      if (rank_in) rank_in[e] = r_in;  // provisional slots for gp_scatter (the radix path sorts without them)
-      if (cnt_out) {  // the radix path takes colptr from its sorted keys (gp_colptr)
-        const IDX r_out = gp_atomic_add(cnt_out + s, (IDX)1);
+      if (rank_in) {  // provisional slots for gp_scatter, and the maximum degrees
+        const IDX r_in = gp_atomic_add(cnt_in + t, (IDX)1), r_out = gp_atomic_add(cnt_out + s, (IDX)1);
+        rank_in[e] = r_in;
+        rank_out[e] = r_out;
+        mx_in = max(mx_in, (long long)r_in + 1);
         mx_out = max(mx_out, (long long)r_out + 1);
-        if (rank_out) rank_out[e] = r_out;
+      } else {  // radix path: in-degrees only (colptr comes from the sorted sources), result unused (a RED)
+        gp_atomic_add(cnt_in + t, (IDX)1);
       }
       if (NORM != GP_NORM_NONE && HAS_W) atomicAdd(deg + t, (double)w[e]);
     }
@@ -559,20 +561,27 @@ __device__ __forceinline__ W gp_factor_value(const GpOut<IDX, W>& o, i64 s, i64 
   return W(1);
 }
 
-// Last pass of the CSR sort (keys = targets; payloads id, source): writes perm, col, col32, row and values.
+// Last pass of the CSR sort (keys = targets; payloads id, source): writes perm, col, col32, row and values,
+// and int32 copies of row and perm (row32, perm32: the CSC sort's first pass reads int32).
 template <typename IDX, typename W, int VMODE, bool LOOPS>
 __global__ void __launch_bounds__(RS_BLOCK, 3) gp_last_csr(
-    GP_OUT_PARAMS, const int* __restrict__ keys, const int* __restrict__ ids, const int* __restrict__ srcs, i64 n,
-    int shift, int bins, const int* __restrict__ hist, const int* __restrict__ ends, i64 tiles) {
+    GP_OUT_PARAMS, const int* __restrict__ keys, const int* __restrict__ ids, const int* __restrict__ srcs,
+    int* __restrict__ row32, int* __restrict__ perm32, i64 n, int shift, int bins, const int* __restrict__ hist,
+    const int* __restrict__ ends, i64 tiles) {
   GP_OUT_INIT;
   __shared__ RsShared sh;
   int rank[RS_ITEMS];
   const int count = rs_rank_tile<int>(keys, n, shift, bins, hist, ends, tiles, sh, rank);
-  for (int k = threadIdx.x; k < count; k += RS_BLOCK) o.csr_row[rs_out(sh, k, shift, bins)] = sh.key[k];
+  for (int k = threadIdx.x; k < count; k += RS_BLOCK) {
+    const int j = rs_out(sh, k, shift, bins);
+    o.csr_row[j] = sh.key[k];
+    row32[j] = sh.key[k];
+  }
   rs_stage<int, false>(ids, n, rank, sh);
   for (int k = threadIdx.x; k < count; k += RS_BLOCK) {
     const int j = rs_out(sh, k, shift, bins), id = sh.val[k];
     o.csr_perm[j] = id;
+    perm32[j] = id;
     if (VMODE == GP_V_GATHER) o.csr_val[j] = o.values[id];
   }
   rs_stage<int, false>(srcs, n, rank, sh);

@@ -254,8 +254,8 @@ def process(
         rt.i64(num_src), rt.i64(kept),
     )
     if radix:
-        _radix_formats(device, out_args, e_src, e_dst, colptr, (col, row, csr_perm), csc_col, csr_to_csc, num_src,
-                       num_dst, f"{idx_c}, {w_c}, {vmode}, {rt.cbool(self_loops)}", family)
+        _radix_formats(device, out_args, e_src, e_dst, colptr, col32, csc_col, csr_to_csc, num_src, num_dst,
+                       f"{idx_c}, {w_c}, {vmode}, {rt.cbool(self_loops)}", family)
     else:
         segments = num_src + num_dst
         big_blocks = min(BIG_GRID, big_list.numel()) if big else 0
@@ -272,8 +272,8 @@ def process(
 
 
 def _radix_formats(device: torch.device, out_args: tuple, e_src: Tensor, e_dst: Tensor, colptr: Tensor,
-                   csr: tuple[Tensor, Tensor, Tensor], csc_col: Tensor, csr_to_csc: Tensor, num_src: int,
-                   num_dst: int, types: str, family: list[str]) -> None:
+                   col32: Tensor, csc_col: Tensor, csr_to_csc: Tensor, num_src: int, num_dst: int, types: str,
+                   family: list[str]) -> None:
     """CSR, CSC and csr_to_csc by two radix sorts (large graphs): the processed COO by target, carrying
     (id, source), gives the CSR; the CSR by source, carrying (CSR position, target, id), gives the CSC in its
     order (by source, then CSR order), csr_to_csc without a gather, and colptr (no out-degree count). The last
@@ -287,9 +287,9 @@ def _radix_formats(device: torch.device, out_args: tuple, e_src: Tensor, e_dst: 
                 ends.data_ptr(), tiles), family=family)
         return launch
 
-    radix_sort.sort_by_key(e_dst, num_dst, [e_src], last=last("gp_last_csr"))
-    col, row, perm = csr
-    radix_sort.sort_by_key(col, num_src, [row, perm], last=last("gp_last_csc", (csr_to_csc.data_ptr(),)))
+    row32, perm32 = torch.empty(2, n, dtype=torch.int32, device=device)  # int32 input of the CSC sort
+    radix_sort.sort_by_key(e_dst, num_dst, [e_src], last=last("gp_last_csr", (row32.data_ptr(), perm32.data_ptr())))
+    radix_sort.sort_by_key(col32, num_src, [row32, perm32], last=last("gp_last_csc", (csr_to_csc.data_ptr(),)))
     rt.launch(FILE, "gp_colptr", device, (-(-(n + 1) // rt.BLOCK),), (rt.BLOCK,),
               (csc_col.data_ptr(), n, colptr.data_ptr(), num_src), family=family)
 

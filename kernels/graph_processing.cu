@@ -26,8 +26,9 @@
 //
 // IDX is the workspace index type (int when the edge count fits, else long long). With int, a CSR sort key
 // packs (id << 32 | source) in 64 bits, so the sort needs no gather of the endpoints; with long long the key
-// is the id alone. A CSC key is (target << 32 | id) either way. All kernel integer arguments are 64-bit. Float atomics only accumulate weighted
-// degrees, in double: values can differ from run to run in the last bits of a weighted fp64 graph only.
+// is the id alone. A CSC key is (target << 32 | id) either way. All kernel integer arguments are 64-bit.
+// Float atomics only accumulate weighted degrees, in double: values can differ from run to run in the last
+// bits of a weighted fp64 graph only.
 #include "common.cuh"
 #include "radix_sort.cuh"
 

@@ -13,6 +13,7 @@ Shapes:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 import torch
@@ -77,6 +78,7 @@ def sort_by_key(keys: Tensor, bound: int, carry: Sequence[Tensor] = (), *, iota:
     return src[0], src[1:]
 
 
+@functools.cache
 def _family() -> tuple[str, ...]:
     return tuple(instances())
 

@@ -22,7 +22,7 @@
 // Large graphs (kernels/graph_processing.py: RADIX_MIN_ENTRIES) skip the provisional slots, the out-degree
 // count and the segment sort: gp_count (in-degrees), gp_node_factors, gp_scatter (COO and values only), then
 // two stable radix sorts (radix_sort.cu) whose last passes, gp_last_csr / gp_last_csc, write the outputs
-// from the sorted tile, and gp_colptr.
+// from the sorted tile (and the column sizes, scanned into colptr).
 //
 // IDX is the workspace index type (int when the edge count fits, else long long). With int, a CSR sort key
 // packs (id << 32 | source) in 64 bits, so the sort needs no gather of the endpoints; with long long the key
@@ -594,18 +594,26 @@ __global__ void __launch_bounds__(RS_BLOCK, 3) gp_last_csr(
   }
 }
 
-// Last pass of the CSC sort (keys = sources; payloads CSR position, target, id): writes the CSC outputs and
-// csr_to_csc.
+// Last pass of the CSC sort (keys = sources; payloads CSR position, target, id): writes the CSC outputs,
+// csr_to_csc, and the size of every column into col_size[c] (zeroed before; a scan makes it colptr). Inside a
+// tile's run of one digit the keys are sorted and their positions consecutive, so a key's entries there are
+// one segment [first, last]: its first entry subtracts `first`, its last adds `last + 1` (a neighbour in
+// another run has another digit, so another key). Other tiles may hold more segments of the same key.
 template <typename IDX, typename W, int VMODE, bool LOOPS>
 __global__ void __launch_bounds__(RS_BLOCK, 3) gp_last_csc(
     GP_OUT_PARAMS, const int* __restrict__ keys, const int* __restrict__ pos, const int* __restrict__ rows,
-    const int* __restrict__ ids, i64* __restrict__ csr_to_csc, i64 n, int shift, int bins,
-    const int* __restrict__ hist, const int* __restrict__ ends, i64 tiles) {
+    const int* __restrict__ ids, i64* __restrict__ csr_to_csc, unsigned long long* __restrict__ col_size, i64 n,
+    int shift, int bins, const int* __restrict__ hist, const int* __restrict__ ends, i64 tiles) {
   GP_OUT_INIT;
   __shared__ RsShared sh;
   int rank[RS_ITEMS];
   const int count = rs_rank_tile<int>(keys, n, shift, bins, hist, ends, tiles, sh, rank);
-  for (int k = threadIdx.x; k < count; k += RS_BLOCK) o.csc_col[rs_out(sh, k, shift, bins)] = sh.key[k];
+  for (int k = threadIdx.x; k < count; k += RS_BLOCK) {
+    const int j = rs_out(sh, k, shift, bins), c = sh.key[k];
+    o.csc_col[j] = c;
+    if (k == 0 || sh.key[k - 1] != c) atomicAdd(col_size + c, (unsigned long long)(-(long long)j));
+    if (k == count - 1 || sh.key[k + 1] != c) atomicAdd(col_size + c, (unsigned long long)(j + 1));
+  }
   rs_stage<int, false>(pos, n, rank, sh);
   for (int k = threadIdx.x; k < count; k += RS_BLOCK) csr_to_csc[rs_out(sh, k, shift, bins)] = sh.val[k];
   rs_stage<int, false>(rows, n, rank, sh);
@@ -621,14 +629,4 @@ __global__ void __launch_bounds__(RS_BLOCK, 3) gp_last_csc(
     o.csc_perm[j] = id;
     if (VMODE == GP_V_GATHER) o.csc_val[j] = o.values[id];
   }
-}
-
-// colptr[c] = first position of a key >= c in the sorted keys (thread j writes the pointers of the columns
-// that start at j; j = n closes the empty columns at the end).
-__global__ void __launch_bounds__(GP_BLOCK) gp_colptr(const i64* __restrict__ sorted, i64 n, i64* __restrict__ colptr,
-                                                      i64 num_cols) {
-  const i64 j = (i64)blockIdx.x * GP_BLOCK + threadIdx.x;
-  if (j > n) return;
-  const i64 prev = j == 0 ? -1 : sorted[j - 1], cur = j == n ? num_cols : sorted[j];
-  for (i64 c = prev + 1; c <= cur; ++c) colptr[c] = j;
 }

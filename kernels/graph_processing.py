@@ -9,8 +9,8 @@ longer than ``SINGLE_BLOCK_SCAN`` scan with ``torch.cumsum`` (more launches, on 
 the scatter only writes the COO and its values, and the formats come from two stable radix sorts
 (:mod:`graphfuse.kernels.radix_sort`): the COO by target carrying (id, source) gives the CSR, the CSR by
 source carrying (CSR position, target, id) gives the CSC and ``csr_to_csc`` with no gather; the last pass of
-each writes the outputs itself (``gp_last_csr`` / ``gp_last_csc``) and ``gp_colptr`` reads ``colptr`` off the
-sorted sources: ~30 launches, a fraction of the segment sort's time once hub rows hold tens of thousands of
+each writes the outputs itself (``gp_last_csr`` / ``gp_last_csc``, which also adds up the column sizes for
+``colptr``: no out-degree count): ~30 launches, a fraction of the segment sort's time once hub rows hold tens of thousands of
 entries.
 
 The result equals the reference (``graphfuse.graph.convert`` / ``graphfuse.graph.norm``) exactly in
@@ -168,7 +168,7 @@ def process(
     tiles = -(-num_edges // TILE)
     family = [f"gp_count<{flags}>", f"gp_scatter<{flags}>", f"gp_scan<{idx_c}>", sort_name,
               f"gp_transpose_perm<{idx_c}>", f"gp_last_csr<{idx_c}, {w_c}, {vmode}, {rt.cbool(self_loops)}>",
-              f"gp_last_csc<{idx_c}, {w_c}, {vmode}, {rt.cbool(self_loops)}>", "gp_colptr", f"gp_node_factors<{flags}>"]
+              f"gp_last_csc<{idx_c}, {w_c}, {vmode}, {rt.cbool(self_loops)}>", f"gp_node_factors<{flags}>"]
     src, dst = edge_index[0], edge_index[1]
 
     # Radix path (large graphs): no provisional slots, no out-degree count, no segment sort (_radix_formats).
@@ -254,7 +254,7 @@ def process(
         rt.i64(num_src), rt.i64(kept),
     )
     if radix:
-        _radix_formats(device, out_args, e_src, e_dst, colptr, col32, csc_col, csr_to_csc, num_src, num_dst,
+        _radix_formats(device, out_args, e_src, e_dst, colptr, col32, csr_to_csc, num_src, num_dst,
                        f"{idx_c}, {w_c}, {vmode}, {rt.cbool(self_loops)}", family)
     else:
         segments = num_src + num_dst
@@ -272,7 +272,7 @@ def process(
 
 
 def _radix_formats(device: torch.device, out_args: tuple, e_src: Tensor, e_dst: Tensor, colptr: Tensor,
-                   col32: Tensor, csc_col: Tensor, csr_to_csc: Tensor, num_src: int, num_dst: int, types: str,
+                   col32: Tensor, csr_to_csc: Tensor, num_src: int, num_dst: int, types: str,
                    family: list[str]) -> None:
     """CSR, CSC and csr_to_csc by two radix sorts (large graphs): the processed COO by target, carrying
     (id, source), gives the CSR; the CSR by source, carrying (CSR position, target, id), gives the CSC in its
@@ -289,9 +289,10 @@ def _radix_formats(device: torch.device, out_args: tuple, e_src: Tensor, e_dst: 
 
     row32, perm32 = torch.empty(2, n, dtype=torch.int32, device=device)  # int32 input of the CSC sort
     radix_sort.sort_by_key(e_dst, num_dst, [e_src], last=last("gp_last_csr", (row32.data_ptr(), perm32.data_ptr())))
-    radix_sort.sort_by_key(col32, num_src, [row32, perm32], last=last("gp_last_csc", (csr_to_csc.data_ptr(),)))
-    rt.launch(FILE, "gp_colptr", device, (-(-(n + 1) // rt.BLOCK),), (rt.BLOCK,),
-              (csc_col.data_ptr(), n, colptr.data_ptr(), num_src), family=family)
+    colptr.zero_()  # gp_last_csc adds up the column sizes in colptr[1:]
+    radix_sort.sort_by_key(col32, num_src, [row32, perm32],
+                           last=last("gp_last_csc", (csr_to_csc.data_ptr(), colptr[1:].data_ptr())))
+    colptr[1:].cumsum_(0)
 
 
 def _value_mode(produce_values: bool, has_w: bool, norm: str) -> int:
@@ -342,4 +343,4 @@ def instances() -> list[str]:
                           for loops in ("false", "true")]
         names.append(f"gp_scan<{idx}>")
         names.append(f"gp_transpose_perm<{idx}>")
-    return names + ["gp_colptr"]
+    return names

@@ -3,8 +3,8 @@
 // the other endpoint), where a general 64-bit sort would run 8 passes and a gather per payload afterwards.
 //
 // One pass over digit bits [shift, shift + log2(bins)) is two launches around a scan (kernels/radix_sort.py):
-//   rs_hist     block per tile of RS_TILE keys: digit histogram in shared memory, written digit-major:
-//               hist[d * tiles + tile];
+//   rs_hist     block per tile of RS_TILE keys: digit histogram in shared memory (one per warp), written
+//               digit-major: hist[d * tiles + tile];
 //   (scan)      torch.cumsum of hist: the inclusive end of each (digit, tile) run in the output;
 //   rs_scatter  block per tile (radix_sort.cuh): stable rank of every entry among the tile's entries of its
 //               digit (warp w takes the w-th slice of the tile, 32 consecutive entries per round: peers by
@@ -17,20 +17,28 @@
 // bounds); the first pass may read long long inputs and generate payload 0 as the input position (IOTA).
 #include "radix_sort.cuh"
 
+// A histogram per warp (RMAT s21 on the H100: 1.21 ms for the six passes against 1.65 with one per block, whose
+// shared atomics on the skewed digits collided more); all keys loaded before any is counted.
 template <typename KT>
 __global__ void __launch_bounds__(RS_BLOCK) rs_hist(const KT* __restrict__ keys, i64 n, int shift, int bins,
                                                     int* __restrict__ hist, i64 tiles) {
-  __shared__ int s_h[RS_MAX_BINS];
-  for (int d = threadIdx.x; d < bins; d += RS_BLOCK) s_h[d] = 0;
+  __shared__ int s_h[RS_WARPS][RS_MAX_BINS];
+  for (int d = threadIdx.x; d < RS_WARPS * RS_MAX_BINS; d += RS_BLOCK) (&s_h[0][0])[d] = 0;
   __syncthreads();
+  int* h = s_h[threadIdx.x >> 5];
   const i64 base = (i64)blockIdx.x * RS_TILE + threadIdx.x;
+  KT key[RS_ITEMS];
 #pragma unroll
-  for (int r = 0; r < RS_ITEMS; ++r) {
-    const i64 i = base + (i64)r * RS_BLOCK;
-    if (i < n) atomicAdd(&s_h[(int)(keys[i] >> shift) & (bins - 1)], 1);
-  }
+  for (int r = 0; r < RS_ITEMS; ++r) key[r] = base + (i64)r * RS_BLOCK < n ? keys[base + (i64)r * RS_BLOCK] : -1;
+#pragma unroll
+  for (int r = 0; r < RS_ITEMS; ++r)
+    if (key[r] >= 0) atomicAdd(&h[(int)(key[r] >> shift) & (bins - 1)], 1);
   __syncthreads();
-  for (int d = threadIdx.x; d < bins; d += RS_BLOCK) hist[(i64)d * tiles + blockIdx.x] = s_h[d];
+  for (int d = threadIdx.x; d < bins; d += RS_BLOCK) {
+    int c = 0;
+    for (int w = 0; w < RS_WARPS; ++w) c += s_h[w][d];
+    hist[(i64)d * tiles + blockIdx.x] = c;
+  }
 }
 
 template <typename KT, bool IOTA>

@@ -117,10 +117,11 @@ def test_radix_path_matches_reference(monkeypatch, name, weighted):
               norm.mean_norm(norm.add_remaining_self_loops(g64, 1.5)), torch.float32)
 
 
-@pytest.mark.parametrize("n", [0, 1, 4095, 4096, 3 * 4096 + 17, 100_003])
-@pytest.mark.parametrize("bound", [1, 2, 300, 1 << 21])
+@pytest.mark.parametrize("n", [0, 1, 4095, 4096, 3 * 4096 + 17, 100_003, 2_000_003])
+@pytest.mark.parametrize("bound", [1, 2, 300, 1 << 21, 2**31 - 1])
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
 def test_radix_sort_is_a_stable_sort(n, bound, dtype):
+    """Every pass count (1 to 4), and a 489-tile input."""
     from graphfuse.kernels import radix_sort
 
     gen = torch.Generator().manual_seed(n + bound)

@@ -10,8 +10,8 @@ the scatter only writes the COO and its values, and the formats come from two st
 (:mod:`graphfuse.kernels.radix_sort`): the COO by target carrying (id, source) gives the CSR, the CSR by
 source carrying (CSR position, target, id) gives the CSC and ``csr_to_csc`` with no gather; the last pass of
 each writes the outputs itself (``gp_last_csr`` / ``gp_last_csc``, which also adds up the column sizes for
-``colptr``: no out-degree count): ~30 launches, a fraction of the segment sort's time once hub rows hold tens of thousands of
-entries.
+``colptr``: no out-degree count): ~40 launches, a fraction of the segment sort's time once hub rows hold tens
+of thousands of entries.
 
 The result equals the reference (``graphfuse.graph.convert`` / ``graphfuse.graph.norm``) exactly in
 structure and permutation; values within floating-point rounding (degrees are accumulated in float64, with

@@ -364,13 +364,19 @@ template <typename IDX, typename W> struct GpOut {
                         csr_row,  csr_col32, csr_val, inv_csr, csc_perm, csc_row, csc_col,  csc_row32,   \
                         csc_val,  num_dst,  num_src, num_kept}
 
+// Value of a kept (not inserted) unweighted entry src -> dst from the per-node factors (GCN, mean, or 1).
+template <typename IDX, typename W, int VMODE>
+__device__ __forceinline__ W gp_node_value(const GpOut<IDX, W>& o, i64 s, i64 t) {
+  if (VMODE == GP_V_GCN) return o.node_val[s] * o.node_val[t];
+  if (VMODE == GP_V_MEAN) return o.node_val[t];
+  return W(1);
+}
+
 // Value of the entry (id: src -> dst) in the mode VMODE (see GP_V_*).
 template <typename IDX, typename W, int VMODE>
 __device__ __forceinline__ W gp_value(const GpOut<IDX, W>& o, i64 id, i64 s, i64 t) {
   if (VMODE == GP_V_GATHER || id >= o.num_kept) return o.values[id];
-  if (VMODE == GP_V_GCN) return o.node_val[s] * o.node_val[t];
-  if (VMODE == GP_V_MEAN) return o.node_val[t];
-  return W(1);
+  return gp_node_value<IDX, W, VMODE>(o, s, t);
 }
 
 template <typename IDX, typename W, int VMODE>
@@ -557,9 +563,7 @@ __global__ void __launch_bounds__(GP_BLOCK) gp_node_factors(
 template <typename IDX, typename W, int VMODE, bool LOOPS>
 __device__ __forceinline__ W gp_factor_value(const GpOut<IDX, W>& o, i64 s, i64 t) {
   if (LOOPS && s == t) return o.values[o.num_kept + t];
-  if (VMODE == GP_V_GCN) return o.node_val[s] * o.node_val[t];
-  if (VMODE == GP_V_MEAN) return o.node_val[t];
-  return W(1);
+  return gp_node_value<IDX, W, VMODE>(o, s, t);
 }
 
 // Last pass of the CSR sort (keys = targets; payloads id, source): writes perm, col, col32, row and values,

@@ -320,9 +320,9 @@ def _scan(device: torch.device, idx_c: str, v: dict[str, Tensor], num_dst: int, 
         ), family=family)
         return
     for counts, ptr in ((v["cnt_in"], rowptr), (v["cnt_out"], colptr)):
-        ptr[:1].zero_()  # a fill launch: `ptr[0] = 0` copied a host scalar, which waited for gp_count
-        if counts is None:
+        if counts is None:  # no out-degrees on the radix path: _radix_formats builds colptr
             continue
+        ptr[:1].zero_()  # a fill launch: `ptr[0] = 0` copied a host scalar, which waited for gp_count
         torch.cumsum(counts, 0, dtype=torch.int64, out=ptr[1:])
         if add:
             ptr[1:].add_(torch.arange(1, ptr.numel(), device=device))

@@ -279,7 +279,7 @@ __global__ void __launch_bounds__(GP_BLOCK) gp_scatter(
     if (values) {
       const W lw = (W)gp_loop_weight<IDX, W, HAS_W, LOOPS>(loop_last, w, v, fill);
       if (NORM == GP_NORM_GCN) {
-        const W dis = gp_inv_sqrt(gp_degree<IDX, W, HAS_W, LOOPS>(cnt_in, deg, loop_last, w, v, fill));
+        const W dis = gp_factor<IDX, W, HAS_W, LOOPS, NORM>(cnt_in, deg, loop_last, w, v, fill);
         values[id] = dis * lw * dis;
       } else if (NORM == GP_NORM_MEAN) {
         values[id] = lw / gp_degree<IDX, W, HAS_W, LOOPS>(cnt_in, deg, loop_last, w, v, fill);
@@ -328,8 +328,8 @@ __global__ void __launch_bounds__(GP_BLOCK) gp_scatter(
       if (factors && NORM != GP_NORM_NONE) {  // unweighted, factors ready (gp_node_factors): the same values
         values[id] = NORM == GP_NORM_GCN ? factors[s] * we * factors[t] : we * factors[t];
       } else if (NORM == GP_NORM_GCN) {
-        const W ds = gp_inv_sqrt(gp_degree<IDX, W, HAS_W, LOOPS>(cnt_in, deg, loop_last, w, s, fill));
-        const W dt = gp_inv_sqrt(gp_degree<IDX, W, HAS_W, LOOPS>(cnt_in, deg, loop_last, w, t, fill));
+        const W ds = gp_factor<IDX, W, HAS_W, LOOPS, NORM>(cnt_in, deg, loop_last, w, s, fill);
+        const W dt = gp_factor<IDX, W, HAS_W, LOOPS, NORM>(cnt_in, deg, loop_last, w, t, fill);
         values[id] = ds * we * dt;
       } else if (NORM == GP_NORM_MEAN) {
         values[id] = we / gp_degree<IDX, W, HAS_W, LOOPS>(cnt_in, deg, loop_last, w, t, fill);

@@ -46,6 +46,32 @@ template <typename T, int N> __device__ __forceinline__ void gf_store(T* p, cons
   *reinterpret_cast<GfVec<T, N>*>(p) = t;
 }
 
+// atomicAdd with acquire-release semantics at GPU scope (the split-K "semaphore" pattern: writes ordered
+// before it by __syncwarp/__syncthreads are published; the thread that reads the final count sees them all).
+__device__ __forceinline__ unsigned gf_atomic_add_acq_rel(unsigned* p, unsigned v) {
+  unsigned old;
+  asm volatile("atom.add.acq_rel.gpu.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+
+// gf_load through L2 only (ld.global.cg): for data that other SMs wrote during the same launch.
+template <typename T, int N> __device__ __forceinline__ void gf_load_cg(const T* p, T (&out)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) out[i] = __ldcg(p + i);
+}
+template <> __device__ __forceinline__ void gf_load_cg<float, 4>(const float* p, float (&out)[4]) {
+  const float4 t = __ldcg(reinterpret_cast<const float4*>(p));
+  out[0] = t.x, out[1] = t.y, out[2] = t.z, out[3] = t.w;
+}
+template <> __device__ __forceinline__ void gf_load_cg<float, 2>(const float* p, float (&out)[2]) {
+  const float2 t = __ldcg(reinterpret_cast<const float2*>(p));
+  out[0] = t.x, out[1] = t.y;
+}
+template <> __device__ __forceinline__ void gf_load_cg<double, 2>(const double* p, double (&out)[2]) {
+  const double2 t = __ldcg(reinterpret_cast<const double2*>(p));
+  out[0] = t.x, out[1] = t.y;
+}
+
 // Mask of the GROUP lanes (GROUP a power of two <= 32) that hold this lane.
 template <int GROUP> __device__ __forceinline__ unsigned gf_group_mask() {
   const int lane = threadIdx.x & 31;

@@ -110,6 +110,11 @@ def _current_stream_ptr(device_index: int) -> int:
     return torch.cuda.current_stream(device_index).cuda_stream
 
 
+def current_stream(device: torch.device) -> int:
+    """The handle of PyTorch's current stream on ``device`` (what :func:`launch` launches on)."""
+    return _current_stream_ptr(device.index if device.index is not None else torch.cuda.current_device())
+
+
 class _ArgBuffer(threading.local):
     """Per-thread parameter block for ``cuLaunchKernel``: ``MAX_ARGS`` 8-byte slots and the array of their
     addresses (the driver copies the values at launch, so one block per thread is reused for every call)."""

@@ -7,8 +7,68 @@
 // loads GROUP (col, val) pairs of its segment with one coalesced access (CRC; kept in registers and
 // broadcast with shuffles), then every lane accumulates VEC-wide vectors of CF column chunks (CWM).
 // Rows longer than the schedule's segment length are split into segments whose partial results go to a
-// workspace and are combined in a fixed order by gespmm_combine: no atomics, bitwise deterministic.
+// workspace, folded in segment order (gespmm_fold) either in the same launch, by the group that finishes a
+// split row's last segment (found with a per-row counter that it resets; for graphs with few split rows), or
+// by gespmm_combine. No float atomics anywhere, hence bitwise deterministic.
 #include "common.cuh"
+
+// dst[k] for this group's column tile (from k_base) = the reduce of partials p0 .. p0 + nseg - 1 of one
+// split row, in that order (mean divides by the row's degree; max/min keep the first best and its entry).
+template <typename T, int REDUCE, bool TRACK, int VEC, int CF, int GROUP>
+__device__ __forceinline__ void gespmm_fold(const T* __restrict__ part, const i64* __restrict__ part_arg, i64 p0,
+                                            i64 nseg, i64 degree, T* __restrict__ dst, i64* __restrict__ dst_arg,
+                                            i64 k_base, int gl, i64 K) {
+  constexpr bool EXTREMUM = (REDUCE == GF_MAX || REDUCE == GF_MIN);
+  T acc[CF][VEC];
+  i64 arg[CF][VEC];
+#pragma unroll
+  for (int f = 0; f < CF; ++f)
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      acc[f][i] = gf_identity<T, REDUCE>();
+      arg[f][i] = -1;  // extremum: no partial taken yet
+    }
+#pragma unroll 4
+  for (i64 p = p0; p < p0 + nseg; ++p) {
+#pragma unroll
+    for (int f = 0; f < CF; ++f) {
+      const i64 k = k_base + (i64)(f * GROUP + gl) * VEC;
+      if (k < K) {
+        T v[VEC];
+        gf_load_cg<T, VEC>(part + p * K + k, v);  // L2 reads: other SMs may have just written these
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+          if (EXTREMUM) {
+            const i64 pa = TRACK ? __ldcg(part_arg + p * K + k + i) : 0;
+            if (pa >= 0 && (arg[f][i] < 0 || gf_better<T, REDUCE>(v[i], acc[f][i]))) {
+              acc[f][i] = v[i];
+              arg[f][i] = pa;
+            }
+          } else {
+            acc[f][i] += v[i];
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int f = 0; f < CF; ++f) {
+    const i64 k = k_base + (i64)(f * GROUP + gl) * VEC;
+    if (k < K) {
+      T o[VEC];
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        o[i] = REDUCE == GF_MEAN ? acc[f][i] / T(degree) : acc[f][i];
+        if (EXTREMUM && arg[f][i] < 0) o[i] = T(0);
+      }
+      gf_store<T, VEC>(dst + k, o);
+      if (EXTREMUM && TRACK) {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) dst_arg[k + i] = arg[f][i];
+      }
+    }
+  }
+}
 
 template <typename T, int REDUCE, int WMODE, int VEC, int CF, int GROUP, bool ARGMASK, bool TRACK>
 __global__ void __launch_bounds__(256) gespmm_rows(
@@ -24,7 +84,9 @@ __global__ void __launch_bounds__(256) gespmm_rows(
     i64* __restrict__ out_arg,           // TRACK: (num_rows, K) argmax/argmin entry position
     T* __restrict__ part,                // (P, K) partial results of split rows
     i64* __restrict__ part_arg,          // TRACK: (P, K)
-    i64 num_segs, i64 K, i64 H, i64 C) {
+    const i64* __restrict__ rowptr,      // (num_rows + 1,) whole-row offsets (split rows only)
+    unsigned* __restrict__ done,         // (P * tiles,) counters, zero between launches; null: gespmm_combine folds
+    i64 num_segs, i64 K, i64 H, i64 C, i64 seg_len) {
   constexpr int TILE = GROUP * VEC * CF;
   constexpr bool EXTREMUM = (REDUCE == GF_MAX || REDUCE == GF_MIN);
   const int gl = threadIdx.x & (GROUP - 1);
@@ -123,39 +185,41 @@ __global__ void __launch_bounds__(256) gespmm_rows(
       }
     }
   }
+  if (slot >= 0) return;
+
+  // A split row of nseg segments, which wrote workspace rows p0 .. p0 + nseg - 1 (this one is segment
+  // (beg - row_beg) / seg_len). With `done` (few split rows), the group whose increment completes the row's
+  // counter (one per column tile) folds them, whichever group it is; without, gespmm_combine does.
+  if (done == nullptr) return;
+  const i64 row_beg = rowptr[row], degree = rowptr[row + 1] - row_beg;
+  const i64 p0 = (-slot - 1) - (beg - row_beg) / seg_len;
+  const i64 nseg = (degree + seg_len - 1) / seg_len;
+  __syncwarp(mask);  // the group's partial stores happen before lane 0's release below
+  int last = 0;
+  if (gl == 0) {  // acq_rel: publishes the group's partial, and the last one sees every other group's
+    unsigned* counter = done + p0 * gridDim.y + blockIdx.y;
+    last = gf_atomic_add_acq_rel(counter, 1u) == (unsigned)(nseg - 1);
+    if (last) *counter = 0u;  // every segment has counted: ready for the next launch
+  }
+  if (__shfl_sync(mask, last, 0, GROUP))
+    gespmm_fold<T, REDUCE, TRACK, VEC, CF, GROUP>(part, part_arg, p0, nseg, degree, out + row * K,
+                                                  TRACK ? out_arg + row * K : nullptr, k_base, gl, K);
 }
 
-// Combine the partial results of split rows in segment order (deterministic). grid = (rows, K tiles).
-template <typename T, int REDUCE, bool TRACK>
-__global__ void __launch_bounds__(128) gespmm_combine(
-    const i64* __restrict__ long_row,   // (R,) rows that were split
-    const i64* __restrict__ long_ptr,   // (R + 1,) their workspace rows
-    const i64* __restrict__ rowptr,     // (num_rows + 1,) the original row offsets (mean divides by degree)
-    const T* __restrict__ part, const i64* __restrict__ part_arg,
-    T* __restrict__ out, i64* __restrict__ out_arg, i64 K) {
-  constexpr bool EXTREMUM = (REDUCE == GF_MAX || REDUCE == GF_MIN);
-  const i64 r = blockIdx.x;
-  const i64 k = (i64)blockIdx.y * blockDim.x + threadIdx.x;
-  if (k >= K) return;
+// Fold the split rows after gespmm_rows left their partials (graphs with many split rows, where the in-kernel
+// fold's counters cost more GPU time than this second launch): a group per (split row, column tile).
+template <typename T, int REDUCE, bool TRACK, int VEC, int CF, int GROUP>
+__global__ void __launch_bounds__(256) gespmm_combine(
+    const i64* __restrict__ long_row,  // (L,) the split rows
+    const i64* __restrict__ long_ptr,  // (L + 1,) their workspace rows
+    const i64* __restrict__ rowptr,    // (num_rows + 1,)
+    const T* __restrict__ part, const i64* __restrict__ part_arg, T* __restrict__ out, i64* __restrict__ out_arg,
+    i64 num_long, i64 K) {
+  const i64 r = (i64)blockIdx.x * (blockDim.x / GROUP) + threadIdx.x / GROUP;
+  if (r >= num_long) return;
   const i64 row = long_row[r];
-  T acc = gf_identity<T, REDUCE>();
-  i64 a = -1;
-  bool seen = false;
-  for (i64 p = long_ptr[r]; p < long_ptr[r + 1]; ++p) {
-    const T v = part[p * K + k];
-    if (EXTREMUM) {
-      const i64 pa = TRACK ? part_arg[p * K + k] : 0;
-      if (pa >= 0 && (!seen || gf_better<T, REDUCE>(v, acc))) {
-        acc = v;
-        a = pa;
-        seen = true;
-      }
-    } else {
-      acc += v;
-    }
-  }
-  if (REDUCE == GF_MEAN) acc = acc / T(rowptr[row + 1] - rowptr[row]);
-  if (EXTREMUM && !seen) acc = T(0);
-  out[row * K + k] = acc;
-  if (EXTREMUM && TRACK) out_arg[row * K + k] = a;
+  gespmm_fold<T, REDUCE, TRACK, VEC, CF, GROUP>(part, part_arg, long_ptr[r], long_ptr[r + 1] - long_ptr[r],
+                                                rowptr[row + 1] - rowptr[row], out + row * K,
+                                                TRACK ? out_arg + row * K : nullptr,
+                                                (i64)blockIdx.y * GROUP * VEC * CF, threadIdx.x & (GROUP - 1), K);
 }

@@ -21,14 +21,17 @@ from . import runtime as rt
 
 FILE = "spmm.cu"
 DEFAULT_SEGMENT = 512
+KEEP_PARTIALS_BYTES = 32 << 20  # split-row workspaces up to this size stay allocated per plan and stream
+FOLD_MAX_PARTIALS = 2048  # split rows are folded inside the row kernel up to this many partials (else a 2nd launch)
 
 
 class RowSchedule(NamedTuple):
     """Row segments of at most ``segment`` entries (see :func:`row_schedule`).
 
     ``seg_ptr`` (S + 1,) entry offsets; ``seg_row`` (S,) the row of each segment; ``seg_slot`` (S,) the output
-    row, or ``-(p + 1)`` for workspace row p; ``long_rows`` (L,) the split rows, ``long_ptr`` (L + 1,) their
-    workspace rows; ``num_partials`` = P.
+    row, or ``-(p + 1)`` for workspace row p (a split row's segments take consecutive workspace rows, in
+    order); ``long_rows`` (L,) the split rows, ``long_ptr`` (L + 1,) their workspace rows; ``segment`` the
+    segment length; ``num_partials`` = P.
     """
 
     seg_ptr: Tensor
@@ -36,6 +39,7 @@ class RowSchedule(NamedTuple):
     seg_slot: Tensor
     long_rows: Tensor
     long_ptr: Tensor
+    segment: int
     num_partials: int
 
 
@@ -59,16 +63,13 @@ def row_schedule(rowptr: Tensor, segment: int = DEFAULT_SEGMENT) -> RowSchedule 
     seg_row = torch.repeat_interleave(rows, nseg)
     first = torch.cumsum(nseg, 0) - nseg
     within = torch.arange(seg_row.numel(), device=device) - first[seg_row]
-    seg_beg = rowptr[seg_row] + within * segment
-    seg_ptr = torch.cat([seg_beg, rowptr[-1:]])
+    seg_ptr = torch.cat([rowptr[seg_row] + within * segment, rowptr[-1:]])
     is_long = nseg > 1
     long_seg = is_long[seg_row]
-    partial = torch.cumsum(long_seg.long(), 0) - 1
-    seg_slot = torch.where(long_seg, -(partial + 1), seg_row)
-    long_rows = rows[is_long]
-    long_ptr = torch.zeros(long_rows.numel() + 1, dtype=torch.int64, device=device)
+    seg_slot = torch.where(long_seg, -torch.cumsum(long_seg.long(), 0), seg_row)
+    long_ptr = torch.zeros(int(is_long.sum()) + 1, dtype=torch.int64, device=device)
     torch.cumsum(nseg[is_long], 0, out=long_ptr[1:])
-    return RowSchedule(seg_ptr, seg_row, seg_slot, long_rows, long_ptr, int(long_ptr[-1]))
+    return RowSchedule(seg_ptr, seg_row, seg_slot, rows[is_long], long_ptr, segment, int(long_ptr[-1]))
 
 
 def config(k: int, dtype: torch.dtype, vec: int | None = None) -> tuple[int, int, int]:
@@ -108,7 +109,14 @@ class GespmmPlan(rt.Plan):
         seg_ptr = rowptr if schedule is None else schedule.seg_ptr
         self.structure = (rt.ptr(seg_ptr), rt.ptr(None if schedule is None else schedule.seg_row),
                           rt.ptr(None if schedule is None else schedule.seg_slot), rt.ptr(col))
-        self.sizes = (num_segs, k, heads, k // heads)
+        self.sizes = (num_segs, k, heads, k // heads, 1 if schedule is None else schedule.segment)
+        self.split = schedule is not None and schedule.num_partials > 0
+        # Few split rows: folded in the row kernel (one launch; the per-row counters cost GPU time that only
+        # a small graph, bound by host launch cost, wins back); many: gespmm_combine's second launch.
+        self.fold_in_kernel = self.split and schedule.num_partials <= FOLD_MAX_PARTIALS
+        if self.split and not self.fold_in_kernel:
+            self.combine_grid = (-(-schedule.long_rows.numel() // (rt.BLOCK // group)), self.grid[1])
+        self.workspaces: dict[int, tuple] = {}  # stream handle → (counters or None, partials or None)
 
     def __call__(self, x: Tensor, values: Tensor | None = None, edge_id: Tensor | None = None,
                  gather_arg: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
@@ -124,20 +132,43 @@ class GespmmPlan(rt.Plan):
         return GespmmPlan(self.rowptr, self.col, k=self.k, dtype=self.dtype, reduce=self.reduce, heads=self.heads,
                           wmode=self.wmode, schedule=self.schedule, track=self.track, argmask=self.argmask, vec=1)
 
+    def _partials(self) -> tuple[Tensor, Tensor | None]:
+        part = torch.empty(self.schedule.num_partials, self.k, dtype=self.dtype, device=self.device)
+        return part, torch.empty_like(part, dtype=torch.int64) if self.track else None
+
+    def _workspace(self) -> tuple[Tensor | None, Tensor, Tensor | None]:
+        """``(done, part, part_arg)`` of the split rows on the current stream. ``part``/``part_arg``: the
+        partial results, kept per stream when at most ``KEEP_PARTIALS_BYTES`` (allocating them is a small
+        graph's host cost; a large graph's are allocated per call rather than held). ``done``: for the
+        in-kernel fold, a count of finished segments per split row and column tile, zeroed once and reset by
+        the kernel (launches on one stream never overlap, so one set per stream suffices); else None."""
+        stream = rt.current_stream(self.device)
+        work = self.workspaces.get(stream)
+        if work is None:
+            done = None
+            if self.fold_in_kernel:
+                done = torch.zeros(self.schedule.num_partials * self.grid[1], dtype=torch.int32, device=self.device)
+            item = rt.itemsize(self.dtype) + (8 if self.track else 0)
+            keep = self.schedule.num_partials * self.k * item <= KEEP_PARTIALS_BYTES
+            work = self.workspaces[stream] = (done, self._partials() if keep else None)
+        done, partials = work
+        return (done, *(partials or self._partials()))
+
     def _launch(self, x: Tensor, values: Tensor | None, edge_id: Tensor | None, gather_arg: Tensor | None,
                 out: Tensor, arg: Tensor | None) -> tuple[Tensor, Tensor | None]:
-        schedule = self.schedule
-        part = part_arg = None
-        if schedule is not None and schedule.num_partials:
-            part = torch.empty(schedule.num_partials, self.k, dtype=self.dtype, device=self.device)
-            part_arg = torch.empty_like(part, dtype=torch.int64) if arg is not None else None
+        done = part = part_arg = None
+        if self.split:
+            done, part, part_arg = self._workspace()
         rt.launch(FILE, self.name, self.device, self.grid, (rt.BLOCK,), (
             *self.structure, rt.ptr(values), rt.ptr(edge_id), rt.ptr(gather_arg), x.data_ptr(), out.data_ptr(),
-            rt.ptr(arg), rt.ptr(part), rt.ptr(part_arg), *self.sizes), family=self.family)
-        if part is not None:
-            rt.launch(FILE, self.combine, self.device, (schedule.long_rows.numel(), -(-self.k // 128)), (128,), (
+            rt.ptr(arg), rt.ptr(part), rt.ptr(part_arg), rt.ptr(self.rowptr), rt.ptr(done), *self.sizes),
+            family=self.family)
+        if self.split and not self.fold_in_kernel:
+            schedule = self.schedule
+            rt.launch(FILE, self.combine, self.device, self.combine_grid, (rt.BLOCK,), (
                 rt.ptr(schedule.long_rows), rt.ptr(schedule.long_ptr), rt.ptr(self.rowptr), part.data_ptr(),
-                rt.ptr(part_arg), out.data_ptr(), rt.ptr(arg), self.k), family=self.family)
+                rt.ptr(part_arg), out.data_ptr(), rt.ptr(arg), schedule.long_rows.numel(), self.k),
+                family=self.family)
         return out, arg
 
 
@@ -211,7 +242,7 @@ def _names(t: str, red: int, wmode: int, vec: int, cf: int, group: int, argmask:
            ) -> tuple[str, str, tuple[str, ...]]:
     """(row kernel, combine kernel, family) names of one configuration."""
     name = f"gespmm_rows<{t}, {red}, {wmode}, {vec}, {cf}, {group}, {rt.cbool(argmask)}, {rt.cbool(track)}>"
-    return name, f"gespmm_combine<{t}, {red}, {rt.cbool(track)}>", _family(t, vec, cf, group)
+    return name, f"gespmm_combine<{t}, {red}, {rt.cbool(track)}, {vec}, {cf}, {group}>", _family(t, vec, cf, group)
 
 
 @functools.cache
@@ -221,7 +252,8 @@ def _family(t: str, vec: int, cf: int, group: int) -> tuple[str, ...]:
     names = [f"gespmm_rows<{t}, {r}, {w}, {vec}, {cf}, {group}, false, {tr}>" for r in range(4) for w in range(3)
              for tr in (("false", "true") if r >= 2 else ("false",))]
     names += [f"gespmm_rows<{t}, 0, {w}, {vec}, {cf}, {group}, true, false>" for w in range(3)]
-    return tuple(names + [f"gespmm_combine<{t}, {r}, {tr}>" for r in range(4) for tr in ("false", "true")])
+    return tuple(names + [f"gespmm_combine<{t}, {r}, {tr}, {vec}, {cf}, {group}>" for r in range(4)
+                          for tr in ("false", "true")])
 
 
 def instances() -> list[str]:
@@ -233,8 +265,9 @@ def instances() -> list[str]:
                 for track in ("false", "true"):
                     names.append(f"gespmm_rows<{t}, {red}, {wmode}, 1, 1, 8, false, {track}>")
                     names.append(f"gespmm_rows<{t}, {red}, {wmode}, 2, 4, 32, false, {track}>")
-            names.append(f"gespmm_combine<{t}, {red}, false>")
-            names.append(f"gespmm_combine<{t}, {red}, true>")
+            for track in ("false", "true"):
+                names.append(f"gespmm_combine<{t}, {red}, {track}, 1, 1, 8>")
+                names.append(f"gespmm_combine<{t}, {red}, {track}, 2, 4, 32>")
         names.append(f"gespmm_rows<{t}, 0, 1, 1, 2, 32, true, false>")
         names.append(f"gespmm_rows<{t}, 0, 2, 1, 1, 16, true, false>")
     names.append("gespmm_rows<float, 0, 1, 4, 2, 32, false, false>")

@@ -256,7 +256,7 @@ def test_gas_fused_self_loops():
 def test_gespmm_schedule_splits_hub_rows():
     g = graph("big_hub")
     sched = spmm_kernels.row_schedule(g.csr.rowptr, 512)
-    assert sched is not None and sched.long_rows.numel() >= 1
+    assert sched is not None and sched.num_partials >= 2
     x = torch.randn(g.num_src, 64, device="cuda")
     col = g.csr.col.int()
     for reduce in REDUCES:
@@ -267,6 +267,39 @@ def test_gespmm_schedule_splits_hub_rows():
                      else None)
         if arg_split is not None:
             assert torch.equal(arg_split, arg_whole)
+
+
+@pytest.mark.parametrize("in_kernel", [True, False])
+@pytest.mark.parametrize("k", [7, 64, 602])
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_gespmm_split_rows_fold_again_and_on_another_stream(k, reduce, in_kernel, monkeypatch):
+    """Split rows folded in the row kernel (by the group that finishes a row's last segment, which resets the
+    row's counter) or by gespmm_combine: repeated launches, and a launch on a second stream (with its own
+    workspace), give the same bits and the same argmax as the unsplit kernel. K = 602 has several column tiles
+    (one counter each), K = 7 several rows per warp; the big hub's row has thousands of 32-entry segments."""
+    monkeypatch.setattr(spmm_kernels, "FOLD_MAX_PARTIALS", 1 << 40 if in_kernel else 0)
+    g = graph("big_hub")
+    x, w = inputs(g, k, torch.float32, True)
+    wv, col, track = w[g.csr.perm].contiguous(), g.csr.col.int(), reduce in ("max", "min")
+    plan = spmm_kernels.GespmmPlan(g.csr.rowptr, col, k=k, dtype=torch.float32, reduce=reduce, wmode=1,
+                                   schedule=spmm_kernels.row_schedule(g.csr.rowptr, 32), track=track)
+    assert plan.grid[1] == (3 if k == 602 else 1) and plan.fold_in_kernel == in_kernel
+    out, arg = plan(x, wv)
+    ref = reference.aggregate(g, x.double(), w.double(), reduce)
+    assert_close(out, ref, None if track else reference.aggregate(g, x.double().abs(), w.double(), reduce))
+    if track:
+        whole = spmm_kernels.GespmmPlan(g.csr.rowptr, col, k=k, dtype=torch.float32, reduce=reduce, wmode=1,
+                                        track=True)
+        assert torch.equal(arg, whole(x, wv)[1])
+    for _ in range(2):
+        again = plan(x, wv)
+        assert torch.equal(again[0], out) and (not track or torch.equal(again[1], arg))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        other = plan(x, wv)
+    torch.cuda.current_stream().wait_stream(side)
+    assert torch.equal(other[0], out) and len(plan.workspaces) == 2
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -103,12 +103,15 @@ def test_row_schedule_covers_rows(segment):
         assert int(sched.seg_ptr[segs[0]]) == int(rowptr[r]) and int(sched.seg_ptr[segs[-1] + 1]) == int(rowptr[r + 1])
         long = bool((sched.long_rows == r).any())
         assert long == (int(deg[r]) > segment)
-        if long:
+        if long:  # consecutive workspace rows, in order, where both folds look for them
             i = int((sched.long_rows == r).nonzero())
             slots = (-sched.seg_slot[segs] - 1).tolist()
             assert slots == list(range(int(sched.long_ptr[i]), int(sched.long_ptr[i + 1])))
+            within = ((sched.seg_ptr[segs] - rowptr[r]) // segment).tolist()
+            assert [p - w for p, w in zip(slots, within)] == [slots[0]] * len(slots)
         else:
             assert sched.seg_slot[segs].tolist() == [r]
+    assert sched.segment == segment
     assert sched.num_partials == int(sched.long_ptr[-1])
 
 
@@ -209,7 +212,7 @@ def test_rows_are_split_only_past_the_minimum_degree():
 
     assert autograd._schedule(star(autograd.SPLIT_MIN_DEGREE), "csr") is None
     sched = autograd._schedule(star(autograd.SPLIT_MIN_DEGREE + 1), "csr")
-    assert sched is not None and sched.long_rows.tolist() == [0]
+    assert sched is not None and sched.long_rows.tolist() == [0] and sched.num_partials == 3
     step = autograd.SMALL_SEGMENT  # small graphs: short segments
     assert sched.seg_ptr.tolist()[:3] == [0, step, 2 * step]
     assert autograd._schedule(graphfuse.Graph(torch.empty(2, 0, dtype=torch.long), num_nodes=0), "csr") is None

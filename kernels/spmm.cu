@@ -207,19 +207,18 @@ __global__ void __launch_bounds__(256) gespmm_rows(
 }
 
 // Fold the split rows after gespmm_rows left their partials (graphs with many split rows, where the in-kernel
-// fold's counters cost more GPU time than this second launch): a group per (split row, column tile).
-template <typename T, int REDUCE, bool TRACK, int VEC, int CF, int GROUP>
-__global__ void __launch_bounds__(256) gespmm_combine(
+// fold's counters cost more GPU time than this second launch). grid = (split rows, K / 128): a column per
+// thread, so that the folds of a few thousand rows still fill the GPU.
+template <typename T, int REDUCE, bool TRACK>
+__global__ void __launch_bounds__(128) gespmm_combine(
     const i64* __restrict__ long_row,  // (L,) the split rows
     const i64* __restrict__ long_ptr,  // (L + 1,) their workspace rows
     const i64* __restrict__ rowptr,    // (num_rows + 1,)
     const T* __restrict__ part, const i64* __restrict__ part_arg, T* __restrict__ out, i64* __restrict__ out_arg,
-    i64 num_long, i64 K) {
-  const i64 r = (i64)blockIdx.x * (blockDim.x / GROUP) + threadIdx.x / GROUP;
-  if (r >= num_long) return;
-  const i64 row = long_row[r];
-  gespmm_fold<T, REDUCE, TRACK, VEC, CF, GROUP>(part, part_arg, long_ptr[r], long_ptr[r + 1] - long_ptr[r],
-                                                rowptr[row + 1] - rowptr[row], out + row * K,
-                                                TRACK ? out_arg + row * K : nullptr,
-                                                (i64)blockIdx.y * GROUP * VEC * CF, threadIdx.x & (GROUP - 1), K);
+    i64 K) {
+  const i64 r = blockIdx.x, row = long_row[r];
+  gespmm_fold<T, REDUCE, TRACK, 1, 1, 32>(part, part_arg, long_ptr[r], long_ptr[r + 1] - long_ptr[r],
+                                          rowptr[row + 1] - rowptr[row], out + row * K,
+                                          TRACK ? out_arg + row * K : nullptr,
+                                          (i64)blockIdx.y * blockDim.x + (threadIdx.x & ~31), threadIdx.x & 31, K);
 }

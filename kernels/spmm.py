@@ -114,8 +114,6 @@ class GespmmPlan(rt.Plan):
         # Few split rows: folded in the row kernel (one launch; the per-row counters cost GPU time that only
         # a small graph, bound by host launch cost, wins back); many: gespmm_combine's second launch.
         self.fold_in_kernel = self.split and schedule.num_partials <= FOLD_MAX_PARTIALS
-        if self.split and not self.fold_in_kernel:
-            self.combine_grid = (-(-schedule.long_rows.numel() // (rt.BLOCK // group)), self.grid[1])
         self.workspaces: dict[int, tuple] = {}  # stream handle → (counters or None, partials or None)
 
     def __call__(self, x: Tensor, values: Tensor | None = None, edge_id: Tensor | None = None,
@@ -165,10 +163,9 @@ class GespmmPlan(rt.Plan):
             family=self.family)
         if self.split and not self.fold_in_kernel:
             schedule = self.schedule
-            rt.launch(FILE, self.combine, self.device, self.combine_grid, (rt.BLOCK,), (
+            rt.launch(FILE, self.combine, self.device, (schedule.long_rows.numel(), -(-self.k // 128)), (128,), (
                 rt.ptr(schedule.long_rows), rt.ptr(schedule.long_ptr), rt.ptr(self.rowptr), part.data_ptr(),
-                rt.ptr(part_arg), out.data_ptr(), rt.ptr(arg), schedule.long_rows.numel(), self.k),
-                family=self.family)
+                rt.ptr(part_arg), out.data_ptr(), rt.ptr(arg), self.k), family=self.family)
         return out, arg
 
 
@@ -242,7 +239,7 @@ def _names(t: str, red: int, wmode: int, vec: int, cf: int, group: int, argmask:
            ) -> tuple[str, str, tuple[str, ...]]:
     """(row kernel, combine kernel, family) names of one configuration."""
     name = f"gespmm_rows<{t}, {red}, {wmode}, {vec}, {cf}, {group}, {rt.cbool(argmask)}, {rt.cbool(track)}>"
-    return name, f"gespmm_combine<{t}, {red}, {rt.cbool(track)}, {vec}, {cf}, {group}>", _family(t, vec, cf, group)
+    return name, f"gespmm_combine<{t}, {red}, {rt.cbool(track)}>", _family(t, vec, cf, group)
 
 
 @functools.cache
@@ -252,8 +249,7 @@ def _family(t: str, vec: int, cf: int, group: int) -> tuple[str, ...]:
     names = [f"gespmm_rows<{t}, {r}, {w}, {vec}, {cf}, {group}, false, {tr}>" for r in range(4) for w in range(3)
              for tr in (("false", "true") if r >= 2 else ("false",))]
     names += [f"gespmm_rows<{t}, 0, {w}, {vec}, {cf}, {group}, true, false>" for w in range(3)]
-    return tuple(names + [f"gespmm_combine<{t}, {r}, {tr}, {vec}, {cf}, {group}>" for r in range(4)
-                          for tr in ("false", "true")])
+    return tuple(names + [f"gespmm_combine<{t}, {r}, {tr}>" for r in range(4) for tr in ("false", "true")])
 
 
 def instances() -> list[str]:
@@ -265,9 +261,8 @@ def instances() -> list[str]:
                 for track in ("false", "true"):
                     names.append(f"gespmm_rows<{t}, {red}, {wmode}, 1, 1, 8, false, {track}>")
                     names.append(f"gespmm_rows<{t}, {red}, {wmode}, 2, 4, 32, false, {track}>")
-            for track in ("false", "true"):
-                names.append(f"gespmm_combine<{t}, {red}, {track}, 1, 1, 8>")
-                names.append(f"gespmm_combine<{t}, {red}, {track}, 2, 4, 32>")
+            names.append(f"gespmm_combine<{t}, {red}, false>")
+            names.append(f"gespmm_combine<{t}, {red}, true>")
         names.append(f"gespmm_rows<{t}, 0, 1, 1, 2, 32, true, false>")
         names.append(f"gespmm_rows<{t}, 0, 2, 1, 1, 16, true, false>")
     names.append("gespmm_rows<float, 0, 1, 4, 2, 32, false, false>")

@@ -14,8 +14,9 @@ per-call format work):
 - es64: edge-sampled inference, ``graphfuse.aggregate(graph, x, sampling=EdgeSampling(64, "random"))``
   (at most 64 in-edges per target; an approximation, timed for speed only).
 
-Timing: CUDA events around each call, median of ``--repeats`` (>= 20) runs after warm-up. Out of memory is
-recorded as null. Writes JSON (with device name and versions) and a markdown table.
+Timing: CUDA events around each call, median of ``--repeats`` (>= 20) runs after warm-up, taken in four
+interleaved rounds over the contestants (host noise falls on all of them alike). Out of memory is recorded
+as null. Writes JSON (with device name and versions) and a markdown table.
 
 Usage: python scripts/bench_spmm.py --data DIR --out docs/benchmarks/spmm.json --md docs/benchmarks/spmm.md
 """
@@ -42,6 +43,7 @@ REPLAYED = ("cusparse", "gespmm", "hpspmm")
 GE_KS = ("64", "128", "256")  # GE-SpMM's acceptance widths
 HP_KS = ("32", "64", "128")  # HP-SpMM's acceptance widths
 ES_WIDTH = 64
+ROUNDS = 4  # interleaved timing rounds per graph and K (see interleaved_ms)
 CONTESTANTS = ["cusparse", "pyg", *OURS]
 
 
@@ -76,24 +78,57 @@ def graph_specs(data: Path | None, quick: bool) -> list[tuple[str, Callable[[str
 
 
 # ------------------------------------------------------------------------------------------ timing
+def _event_samples(fn: Callable[[], object], repeats: int) -> list[float]:
+    """``repeats`` CUDA-event times of ``fn`` in ms, each call after a sync."""
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return times
+
+
 def time_ms(fn: Callable[[], object], repeats: int, warmup: int = 3) -> float | None:
     """Median CUDA-event time of ``fn`` in ms (None on out-of-memory)."""
     try:
         for _ in range(warmup):
             fn()
         torch.cuda.synchronize()
-        times = []
-        for _ in range(repeats):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        return statistics.median(times)
+        return statistics.median(_event_samples(fn, repeats))
     except torch.cuda.OutOfMemoryError:
         torch.cuda.empty_cache()
         return None
+
+
+def interleaved_ms(calls: dict[str, Callable[[], object]], repeats: int, rounds: int = ROUNDS,
+                   warmup: int = 3) -> dict[str, float | None]:
+    """Median CUDA-event time in ms of each call (None on out-of-memory), its ``repeats`` runs taken in
+    ``rounds`` interleaved rounds (every contestant in turn, each round), so that a stretch of host or clock
+    noise on the machine falls on all contestants rather than on whichever was being timed then."""
+    samples: dict[str, list[float] | None] = {}
+    for name, fn in calls.items():
+        try:
+            for _ in range(warmup):
+                fn()
+            torch.cuda.synchronize()
+            samples[name] = []
+        except torch.cuda.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            samples[name] = None
+    per_round = -(-repeats // rounds)
+    for _ in range(rounds):
+        for name, fn in calls.items():
+            if samples[name] is None:
+                continue
+            try:
+                samples[name] += _event_samples(fn, per_round)
+            except torch.cuda.OutOfMemoryError:
+                torch.cuda.empty_cache()
+                samples[name] = None
+    return {name: None if t is None else statistics.median(t) for name, t in samples.items()}
 
 
 def graph_replay_ms(fn: Callable[[], object], repeats: int) -> float | None:
@@ -195,8 +230,7 @@ def bench_graph(name: str, ei: torch.Tensor, n: int, ks: list[int], repeats: int
         floor_bytes = nnz * 8 + (n + 1) * 8 + 2 * n * k * 4
         floor_ms = floor_bytes / (bw * 1e9) * 1e3
         row = {"max_rel_err_vs_cusparse": err, "floor_ms": floor_ms, "ms": {}, "gflops": {}, "floor_fraction": {}}
-        for cname, fn in calls.items():
-            ms = time_ms(fn, repeats)
+        for cname, ms in interleaved_ms(calls, repeats).items():
             row["ms"][cname] = ms
             row["gflops"][cname] = None if ms is None else 2 * nnz * k / (ms * 1e-3) / 1e9
             row["floor_fraction"][cname] = None if ms is None else floor_ms / ms
@@ -323,7 +357,8 @@ def markdown(report: dict) -> str:
         f"# SpMM benchmark ({report['device']})",
         "",
         (f"torch {report['torch']}, cupy {report['cupy']}, {report['date']}. fp32, GCN-normalised weights, "
-        f"median of {report['repeats']} CUDA-event-timed runs after warm-up; output allocation/zeroing "
+        f"median of {report['repeats']} CUDA-event-timed runs after warm-up (in {ROUNDS} rounds interleaved over the "
+        "contestants); output allocation/zeroing "
         "included. Copy bandwidth (read + write): "
         f"{report['copy_bandwidth_gbs']:.0f} GB/s. Times in ms; `x` = cuSPARSE time / GE-SpMM time; "
         "floor = fraction of the bandwidth floor (CSR + x read once + out written once) GE-SpMM reaches; "

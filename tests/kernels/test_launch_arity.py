@@ -1,0 +1,162 @@
+"""CPU check that every kernel launch passes as many arguments as its kernel takes (a launcher passing one
+more or one less is otherwise caught only on the GPU, by memcheck or a wrong answer). The launchers run on CPU
+tensors with the launch itself recorded instead of made; each recorded call is compared with the parameter
+list of its ``__global__`` function in the .cu source."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import graphfuse
+from graphfuse.engine import attention, autograd
+from graphfuse.kernels import runtime as rt
+
+_GLOBAL = re.compile(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(")
+_DEFINE = re.compile(r"^#define\s+(\w+)[ \t]+(.*)$", re.M)
+
+
+def kernel_params(filename: str) -> dict[str, int]:
+    """Kernel name → number of parameters, for every ``__global__`` function of ``filename`` (comments
+    dropped, object-like macros in parameter lists expanded)."""
+    text = re.sub(r"//[^\n]*|/\*.*?\*/", "", rt.source(filename), flags=re.S).replace("\\\n", " ")
+    macros = dict(_DEFINE.findall(text))
+    counts = {}
+    for m in _GLOBAL.finditer(text):
+        depth, i = 0, m.end()
+        while depth >= 0:
+            depth += (text[i] == "(") - (text[i] == ")")
+            i += 1
+        params = text[m.end():i - 1]
+        for _ in range(3):
+            params = re.sub(r"\b(\w+)\b", lambda w: macros.get(w.group(1), w.group(1)), params)
+        depth, commas = 0, 0
+        for c in params:
+            depth += (c in "(<[") - (c in ")>]")
+            commas += c == "," and depth == 0
+        counts[m.group(1)] = commas + 1 if params.strip() else 0
+    return counts
+
+
+def test_the_parser_reads_every_kernel():
+    counts = {f.name: kernel_params(f.name) for f in rt.kernel_files()}
+    assert all(counts.values()), counts
+    assert counts["spmm.cu"]["gespmm_combine"] == 8
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """Launchers on CPU tensors: devices accepted, the occupancy and stream faked, launches recorded."""
+    calls = []
+
+    def launch(filename, name, device, grid, block, args, shared_mem=0, family=()):
+        calls.append((filename, name.split("<")[0], len(args)))
+
+    monkeypatch.setattr(rt, "launch", launch)
+    monkeypatch.setattr(rt, "check_devices", lambda op, tensors: torch.device("cpu"))
+    monkeypatch.setattr(rt, "current_stream", lambda device: 0)
+    monkeypatch.setattr(rt, "full_wave", lambda *args: 1056)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    return calls
+
+
+def hub_graph(weighted: bool = True) -> graphfuse.Graph:
+    """A hub of in-degree 300 (split rows) and a sprinkle of other edges."""
+    gen = torch.Generator().manual_seed(0)
+    src = torch.cat([torch.arange(1, 301), torch.randint(0, 400, (600,), generator=gen)])
+    dst = torch.cat([torch.zeros(300, dtype=torch.long), torch.randint(0, 400, (600,), generator=gen)])
+    w = torch.rand(src.numel(), generator=gen) + 0.5 if weighted else None
+    return graphfuse.Graph(torch.stack([src, dst]), num_nodes=400, edge_weight=w)
+
+
+def check(calls):
+    assert calls, "nothing was launched"
+    params = {}
+    for filename, kernel, nargs in calls:
+        if filename not in params:
+            params[filename] = kernel_params(filename)
+        assert kernel in params[filename], f"{filename} has no kernel {kernel}"
+        assert nargs == params[filename][kernel], (f"{kernel} ({filename}) takes {params[filename][kernel]} "
+                                                   f"parameters; the launcher passed {nargs} arguments")
+
+
+@pytest.mark.parametrize("backend", ["gespmm", "gar", "gas", "hpspmm"])
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
+@pytest.mark.parametrize("in_kernel_fold", [True, False])
+def test_aggregation_launches_match_their_kernels(recorded, backend, reduce, in_kernel_fold, monkeypatch):
+    from graphfuse.kernels import spmm
+
+    monkeypatch.setattr(spmm, "FOLD_MAX_PARTIALS", 1 << 40 if in_kernel_fold else 0)
+    g = hub_graph()
+    x = torch.randn(g.num_src, 64, requires_grad=True)
+    w = g.edge_weight.clone().requires_grad_(True)
+    out = getattr(autograd, f"{backend}_aggregate")(g, x, w, reduce)
+    out.backward(torch.ones_like(out))
+    check(recorded)
+
+
+
+def test_sampled_aggregation_launches_match(recorded):
+    g = hub_graph()
+    x = torch.randn(g.num_src, 64)
+    for strategy in ("bucket", "fastrand", "random"):
+        autograd.sampled_aggregate(g, x, g.edge_weight, "sum", graphfuse.EdgeSampling(16, strategy))
+    check(recorded)
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.5])
+def test_gat_attention_launches_match(recorded, dropout, monkeypatch):
+    monkeypatch.setattr(attention, "_use_fused", lambda *args: True)
+    g = hub_graph(weighted=False)
+    h = torch.randn(g.num_src, 2, 8, requires_grad=True)
+    att_src, att_dst = (torch.randn(2, 8, requires_grad=True) for _ in range(2))
+    a_src, a_dst = attention.gat_scores(h, att_src, att_dst, backend="fused")
+    alpha = attention.gat_attention(g, a_src, a_dst, dropout=dropout, training=True, backend="fused")
+    out = attention.gat_aggregate(g, h, a_src, a_dst, dropout=dropout, training=True, backend="fused")
+    (alpha.sum() + out.sum()).backward()
+    check(recorded)
+
+
+class _ZeroedTorch:
+    """``torch`` with ``empty``/``empty_like`` zero-filled: a launcher that reads back what a (recorded, not
+    made) launch should have written gets zeros instead of garbage."""
+
+    empty, empty_like = staticmethod(torch.zeros), staticmethod(torch.zeros_like)
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("radix", [False, True])
+@pytest.mark.parametrize("norm", ["none", "gcn", "mean"])
+def test_graph_processing_launches_match(recorded, radix, norm, weighted, monkeypatch):
+    from graphfuse.kernels import graph_processing, radix_sort, sampling
+
+    for module in (graph_processing, radix_sort):
+        monkeypatch.setattr(module, "torch", _ZeroedTorch())
+    if radix:
+        monkeypatch.setattr(graph_processing, "RADIX_MIN_ENTRIES", 1)
+        monkeypatch.setattr(graph_processing, "SINGLE_BLOCK_SCAN", 64)
+    g = hub_graph(weighted)
+    graph_processing.process(g.edge_index, g.num_src, g.num_dst, g.edge_weight, self_loops=norm != "none",
+                             norm=norm)
+    sampling.floyd_picks(torch.full((5,), 9), torch.rand(5, 3, dtype=torch.float64))
+    check(recorded)
+
+
+def test_every_kernel_is_checked(recorded, monkeypatch):
+    """The tests above launch every kernel of the package at least once (a new kernel needs a case here)."""
+    for fold in (True, False):
+        test_aggregation_launches_match_their_kernels(recorded, "gespmm", "max", fold, monkeypatch)
+    for backend in ("gar", "gas", "hpspmm"):
+        test_aggregation_launches_match_their_kernels(recorded, backend, "sum", False, monkeypatch)
+    test_sampled_aggregation_launches_match(recorded)
+    test_gat_attention_launches_match(recorded, 0.5, monkeypatch)
+    for radix in (False, True):
+        test_graph_processing_launches_match(recorded, radix, "gcn", False, monkeypatch)
+    launched = {(f, k) for f, k, _ in recorded}
+    every = {(f.name, k) for f in rt.kernel_files() for k in kernel_params(f.name)}
+    assert every - launched == set()

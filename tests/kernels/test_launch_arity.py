@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import graphfuse
+from cases import make_graph_case
 from graphfuse.engine import attention, autograd
 from graphfuse.kernels import runtime as rt
 
@@ -63,12 +64,12 @@ def recorded(monkeypatch):
 
 
 def hub_graph(weighted: bool = True) -> graphfuse.Graph:
-    """A hub of in-degree 300 (split rows) and a sprinkle of other edges."""
-    gen = torch.Generator().manual_seed(0)
-    src = torch.cat([torch.arange(1, 301), torch.randint(0, 400, (600,), generator=gen)])
-    dst = torch.cat([torch.zeros(300, dtype=torch.long), torch.randint(0, 400, (600,), generator=gen)])
-    w = torch.rand(src.numel(), generator=gen) + 0.5 if weighted else None
-    return graphfuse.Graph(torch.stack([src, dst]), num_nodes=400, edge_weight=w)
+    """The suites' hub case (a row of 300 entries: split rows), with edge weights when ``weighted``."""
+    g = make_graph_case("hub")
+    if not weighted:
+        return g
+    w = torch.rand(g.num_edges, generator=torch.Generator().manual_seed(0)) + 0.5
+    return graphfuse.Graph(g.edge_index, num_nodes=g.num_nodes, edge_weight=w)
 
 
 def check(calls):
@@ -95,7 +96,6 @@ def test_aggregation_launches_match_their_kernels(recorded, backend, reduce, in_
     out = getattr(autograd, f"{backend}_aggregate")(g, x, w, reduce)
     out.backward(torch.ones_like(out))
     check(recorded)
-
 
 
 def test_sampled_aggregation_launches_match(recorded):

@@ -93,14 +93,7 @@ def _event_samples(fn: Callable[[], object], repeats: int) -> list[float]:
 
 def time_ms(fn: Callable[[], object], repeats: int, warmup: int = 3) -> float | None:
     """Median CUDA-event time of ``fn`` in ms (None on out-of-memory)."""
-    try:
-        for _ in range(warmup):
-            fn()
-        torch.cuda.synchronize()
-        return statistics.median(_event_samples(fn, repeats))
-    except torch.cuda.OutOfMemoryError:
-        torch.cuda.empty_cache()
-        return None
+    return interleaved_ms({"fn": fn}, repeats, rounds=1, warmup=warmup)["fn"]
 
 
 def interleaved_ms(calls: dict[str, Callable[[], object]], repeats: int, rounds: int = ROUNDS,

@@ -69,10 +69,9 @@ class EsSpmmPlan(rt.Plan):
         self.num_rows = rowptr.numel() - 1
         vec_, cf = config(k, dtype, vec)
         self.align = vec_ * rt.itemsize(dtype)
-        self.name, self.family = _names(rt.ctype(dtype), rt.REDUCE_CODES[reduce], weighted, STRATEGY_CODES[strategy],
-                                        vec_, cf)
-        self.grid = (-(-self.num_rows // WARPS), -(-k // (32 * vec_ * cf)))
-        self.shared = shared_bytes(width, dtype, weighted, strategy)
+        name, family = _names(rt.ctype(dtype), rt.REDUCE_CODES[reduce], weighted, STRATEGY_CODES[strategy], vec_, cf)
+        self.kernel = rt.Kernel(FILE, name, self.device, (-(-self.num_rows // WARPS), -(-k // (32 * vec_ * cf))),
+                                (rt.BLOCK,), shared_bytes(width, dtype, weighted, strategy), family)
         self.sizes = (self.num_rows, k, width, seed_mix(seed))
 
     def __call__(self, x: Tensor, values: Tensor | None = None) -> Tensor:
@@ -88,9 +87,7 @@ class EsSpmmPlan(rt.Plan):
                           weighted=self.weighted, width=self.width, strategy=self.strategy, seed=self.seed, vec=1)
 
     def _launch(self, x: Tensor, values: Tensor | None, out: Tensor) -> Tensor:
-        rt.launch(FILE, self.name, self.device, self.grid, (rt.BLOCK,), (
-            rt.ptr(self.rowptr), rt.ptr(self.col), rt.ptr(values), x.data_ptr(), out.data_ptr(), *self.sizes),
-            shared_mem=self.shared, family=self.family)
+        self.kernel(rt.ptr(self.rowptr), rt.ptr(self.col), rt.ptr(values), x.data_ptr(), out.data_ptr(), *self.sizes)
         return out
 
 

@@ -44,15 +44,16 @@ class HpSpmmPlan(rt.Plan):
         nnz = col.numel()
         vec_, cf, group = spmm.config(k, dtype, vec)
         self.align = vec_ * rt.itemsize(dtype)
-        self.name, self.family = _names(rt.ctype(dtype), weighted, reduce == "mean", vec_, cf, group)
+        name, family = _names(rt.ctype(dtype), weighted, reduce == "mean", vec_, cf, group)
         tiles = -(-k // (group * vec_ * cf)) if k else 0
         self.npw = npw or sddmm.NNZ_PER_WARP[0]
         if nnz and k and not npw:
-            index = self.device.index if self.device.index is not None else torch.cuda.current_device()
-            full = rt.full_wave(FILE, self.name, index, rt.BLOCK)
+            index = rt.device_index(self.device)
+            full = rt.full_wave(FILE, name, index, rt.BLOCK)
             self.npw = sddmm.nnz_per_warp(nnz * tiles, full, workers=rt.BLOCK // group)
         workers = -(-nnz // self.npw)
-        self.grid = (-(-workers // (rt.BLOCK // group)), tiles)
+        self.kernel = rt.Kernel(FILE, name, self.device, (-(-workers // (rt.BLOCK // group)), tiles), (rt.BLOCK,),
+                                family=family)
         self.structure = (rt.ptr(rowptr), rt.ptr(row), rt.ptr(col))
         self.sizes = (nnz, k, self.npw)
 
@@ -67,8 +68,7 @@ class HpSpmmPlan(rt.Plan):
                           weighted=self.weighted, vec=1, npw=self.npw)
 
     def _launch(self, x: Tensor, values: Tensor | None, out: Tensor) -> Tensor:
-        rt.launch(FILE, self.name, self.device, self.grid, (rt.BLOCK,), (
-            *self.structure, rt.ptr(values), x.data_ptr(), out.data_ptr(), *self.sizes), family=self.family)
+        self.kernel(*self.structure, rt.ptr(values), x.data_ptr(), out.data_ptr(), *self.sizes)
         return out
 
 

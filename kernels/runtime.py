@@ -6,7 +6,7 @@ compiles it with ``cupy.RawModule(code=..., name_expressions=[...])`` (CuPy also
 later requests hit the in-process cache. Tensors are passed zero-copy as raw device pointers; every integer
 kernel argument is 64-bit (``long long``) so that offsets such as ``row * K`` never overflow, and every
 kernel parameter is 8 bytes (pointer, ``long long`` or ``double``), which lets :func:`launch` pack them into a
-reused parameter block and call ``cuLaunchKernel`` directly.
+reused parameter block and call ``cuLaunchKernel`` directly (:class:`Kernel`).
 
 CuPy is imported lazily: importing this module (and ``graphfuse.kernels``) works without CuPy or CUDA.
 """
@@ -81,38 +81,43 @@ def kernel_files() -> list[Path]:
     return sorted(KERNEL_DIR.glob("*.cu"))
 
 
-def get_function(filename: str, name: str, device_index: int, family: Sequence[str] = ()) -> Any:
-    """The compiled template instance ``name`` of ``filename`` on device ``device_index`` (cached).
+def get_function(filename: str, name: str, index: int, family: Sequence[str] = ()) -> Any:
+    """The compiled template instance ``name`` of ``filename`` on device ``index`` (cached).
 
     ``family``: sibling instances compiled in the same NVRTC call (one front-end pass for all of them;
     a launcher passes the instances that differ from ``name`` only in cheap flags such as the reduce op).
     """
-    key = (device_index, filename, name)
+    key = (index, filename, name)
     fn = _functions.get(key)
     if fn is None:
         cp = _cupy()
         names = [name] + [n for n in dict.fromkeys(family) if n != name]
-        with _lock, cp.cuda.Device(device_index):
+        with _lock, cp.cuda.Device(index):
             fn = _functions.get(key)
             if fn is None:
                 module = cp.RawModule(code=source(filename), options=COMPILE_OPTIONS, name_expressions=names)
                 for n in names:
                     # RawKernel.kernel: the loaded cupy.cuda.function.Function (its .ptr is the CUfunction)
-                    _functions[(device_index, filename, n)] = module.get_function(n).kernel
+                    _functions[(index, filename, n)] = module.get_function(n).kernel
                 fn = _functions[key]
     return fn
 
 
-def _current_stream_ptr(device_index: int) -> int:
+def device_index(device: torch.device) -> int:
+    """The CUDA device ordinal of ``device`` (the current device for a bare ``torch.device("cuda")``)."""
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+def _current_stream_ptr(index: int) -> int:
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
     if raw is not None:
-        return raw(device_index)
-    return torch.cuda.current_stream(device_index).cuda_stream
+        return raw(index)
+    return torch.cuda.current_stream(index).cuda_stream
 
 
 def current_stream(device: torch.device) -> int:
-    """The handle of PyTorch's current stream on ``device`` (what :func:`launch` launches on)."""
-    return _current_stream_ptr(device.index if device.index is not None else torch.cuda.current_device())
+    """The handle of PyTorch's current stream on ``device`` (what kernels launch on)."""
+    return _current_stream_ptr(device_index(device))
 
 
 class _ArgBuffer(threading.local):
@@ -128,6 +133,7 @@ class _ArgBuffer(threading.local):
 
 MAX_ARGS = 32
 _args = _ArgBuffer()
+_INTS = [struct.Struct(f"{n}q") for n in range(MAX_ARGS + 1)]  # the all-integer layouts, by argument count
 
 
 def _pack(args: Sequence[int | float]) -> int:
@@ -137,7 +143,7 @@ def _pack(args: Sequence[int | float]) -> int:
     if n > MAX_ARGS:
         raise ValueError(f"launch: at most {MAX_ARGS} kernel arguments; got {n}")
     try:
-        struct.pack_into(f"{n}q", _args.values, 0, *args)
+        _INTS[n].pack_into(_args.values, 0, *args)
     except struct.error:  # a float among the ints ('q' refuses floats rather than truncating them)
         fmt = "".join("d" if isinstance(a, float) else "q" for a in args)
         struct.pack_into(fmt, _args.values, 0, *args)
@@ -160,41 +166,68 @@ def f64(v: float) -> float:
     return float(v)
 
 
-def launch(
-    filename: str,
-    name: str,
-    device: torch.device,
-    grid: Sequence[int],
-    block: Sequence[int],
-    args: Sequence[int | float],
-    shared_mem: int = 0,
-    family: Sequence[str] = (),
-) -> None:
-    """Launch a template instance on ``device`` on PyTorch's current stream. Empty grids launch nothing.
+class Kernel:
+    """A template instance bound to a device and a launch shape; ``kernel(*args)`` launches it on PyTorch's
+    current stream (an empty grid launches nothing).
 
     ``args``: ints (pointers from :func:`ptr`, sizes from :func:`i64`) and floats (:func:`f64`), in the
-    kernel's parameter order. The launch goes straight to ``cuLaunchKernel`` with a pre-built parameter
-    block: a few microseconds of host time, which is what small graphs pay per aggregation.
+    kernel's parameter order. The grid is checked here, once; the device is resolved and the instance compiled
+    (or found in the cache) at the first launch. Plans bind their kernels once, so that a call only packs its
+    arguments and launches: the host time a small graph pays per aggregation.
     """
+
+    __slots__ = ("filename", "name", "family", "device", "index", "shape", "fn")
+
+    def __init__(self, filename: str, name: str, device: torch.device, grid: Sequence[int], block: Sequence[int],
+                 shared_mem: int = 0, family: Sequence[str] = ()) -> None:
+        self.filename, self.name, self.family = filename, name, family
+        self.device, self.index = device, -1
+        self.shape = _launch_shape(name, grid, block, shared_mem)
+        self.fn = 0  # the CUfunction handle, once compiled
+
+    def __call__(self, *args: int | float) -> None:
+        if self.shape is None:
+            return
+        if not self.fn:
+            self.index = device_index(self.device)
+            self.fn = get_function(self.filename, self.name, self.index, self.family).ptr
+        _launch(self.fn, self.index, self.shape, args)
+
+
+def launch(filename: str, name: str, device: torch.device, grid: Sequence[int], block: Sequence[int],
+           args: Sequence[int | float], shared_mem: int = 0, family: Sequence[str] = ()) -> None:
+    """Launch a template instance once (what a :class:`Kernel` does, without binding one); ``family``: see
+    :func:`get_function`."""
+    shape = _launch_shape(name, grid, block, shared_mem)
+    if shape is not None:
+        index = device_index(device)
+        fn = _functions.get((index, filename, name)) or get_function(filename, name, index, family)
+        _launch(fn.ptr, index, shape, args)
+
+
+def _launch_shape(name: str, grid: Sequence[int], block: Sequence[int], shared_mem: int) -> tuple | None:
+    """``cuLaunchKernel``'s grid, block and shared-memory arguments (None for an empty grid)."""
     gx, gy, gz = (*grid, 1, 1)[:3]
-    if gx <= 0 or gy <= 0 or gz <= 0:
-        return
     if gx >= 2**31 or gy > 65535 or gz > 65535:
         raise ValueError(f"{name}: launch grid {tuple(grid)} exceeds the CUDA limits")
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    fn = _functions.get((index, filename, name)) or get_function(filename, name, index, family)
-    bx, by, bz = (*block, 1, 1)[:3]
+    return None if min(gx, gy, gz) <= 0 else (gx, gy, gz, *(*block, 1, 1)[:3], shared_mem)
+
+
+def _launch(fn: int, index: int, shape: tuple, args: Sequence[int | float]) -> None:
+    """``cuLaunchKernel`` of the CUfunction ``fn`` on PyTorch's current stream of device ``index``: the
+    arguments packed into the thread's parameter block, no CuPy argument conversion, stream object or device
+    context manager on the way."""
     params = _pack(args)
     driver = _driver()
     if driver.ctxGetCurrent() == _contexts.get(index):  # the thread is on the device's primary context
-        driver.launchKernel(fn.ptr, gx, gy, gz, bx, by, bz, shared_mem, _current_stream_ptr(index), params, 0)
+        driver.launchKernel(fn, *shape, _current_stream_ptr(index), params, 0)
         return
     # Another device is current, or a thread without a current context yet (autograd's device thread before
     # its first CUDA runtime call): bind the device's primary context, as the runtime API would.
     with torch.cuda.device(index):
         _cupy().cuda.runtime.setDevice(index)
         _contexts[index] = driver.ctxGetCurrent()
-        driver.launchKernel(fn.ptr, gx, gy, gz, bx, by, bz, shared_mem, _current_stream_ptr(index), params, 0)
+        driver.launchKernel(fn, *shape, _current_stream_ptr(index), params, 0)
 
 
 _contexts: dict[int, int] = {}  # device index → its primary context (the CUcontext handle, as an int)
@@ -226,12 +259,12 @@ class Plan:
 
 
 @functools.cache
-def full_wave(filename: str, name: str, device_index: int, block: int) -> int:
+def full_wave(filename: str, name: str, index: int, block: int) -> int:
     """Blocks of ``name`` the whole GPU runs at once: SM count × the kernel's occupancy (active blocks per
     SM at ``block`` threads, from its compiled register and shared-memory use)."""
-    fn = get_function(filename, name, device_index)
+    fn = get_function(filename, name, index)
     per_sm = _cupy().cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.ptr, block, 0)
-    return torch.cuda.get_device_properties(device_index).multi_processor_count * max(1, per_sm)
+    return torch.cuda.get_device_properties(index).multi_processor_count * max(1, per_sm)
 
 
 def ctype(dtype: torch.dtype) -> str:

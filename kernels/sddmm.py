@@ -64,7 +64,7 @@ def hp_sddmm(row: Tensor, col: Tensor, perm: Tensor, a: Tensor, b: Tensor, *, he
         return out.zero_() if c == 0 else out
     vec, cf, group = config(c, a.dtype, [a, b])
     name = f"hp_sddmm<{rt.ctype(a.dtype)}, {vec}, {cf}, {group}>"
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    index = rt.device_index(device)
     tasks = nnz * heads
     npw = nnz_per_warp(tasks, rt.full_wave(FILE, name, index, rt.BLOCK))
     warps = -(-tasks // npw)

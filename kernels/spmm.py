@@ -23,6 +23,7 @@ FILE = "spmm.cu"
 DEFAULT_SEGMENT = 512
 KEEP_PARTIALS_BYTES = 32 << 20  # split-row workspaces up to this size stay allocated per plan and stream
 FOLD_MAX_PARTIALS = 2048  # split rows are folded inside the row kernel up to this many partials (else a 2nd launch)
+NO_WORKSPACE = (0, 0, 0, 0)  # gespmm_rows' part, part_arg, rowptr, done for a plan without split rows
 
 
 class RowSchedule(NamedTuple):
@@ -103,9 +104,10 @@ class GespmmPlan(rt.Plan):
         vec_, cf, group = config(k, dtype, vec)
         self.align = vec_ * rt.itemsize(dtype)
         num_segs = self.num_rows if schedule is None else schedule.seg_row.numel()
-        self.name, self.combine, self.family = _names(rt.ctype(dtype), rt.REDUCE_CODES[reduce], wmode, vec_, cf,
-                                                      group, argmask, track)
-        self.grid = (-(-num_segs // (rt.BLOCK // group)), -(-k // (group * vec_ * cf)))
+        name, combine, family = _names(rt.ctype(dtype), rt.REDUCE_CODES[reduce], wmode, vec_, cf, group, argmask,
+                                       track)
+        grid = (-(-num_segs // (rt.BLOCK // group)), -(-k // (group * vec_ * cf)))
+        self.rows = rt.Kernel(FILE, name, self.device, grid, (rt.BLOCK,), family=family)
         seg_ptr = rowptr if schedule is None else schedule.seg_ptr
         self.structure = (rt.ptr(seg_ptr), rt.ptr(None if schedule is None else schedule.seg_row),
                           rt.ptr(None if schedule is None else schedule.seg_slot), rt.ptr(col))
@@ -114,6 +116,12 @@ class GespmmPlan(rt.Plan):
         # Few split rows: folded in the row kernel (one launch; the per-row counters cost GPU time that only
         # a small graph, bound by host launch cost, wins back); many: gespmm_combine's second launch.
         self.fold_in_kernel = self.split and schedule.num_partials <= FOLD_MAX_PARTIALS
+        self.combine = None
+        if self.split and not self.fold_in_kernel:
+            self.combine = rt.Kernel(FILE, combine, self.device, (schedule.long_rows.numel(), -(-k // 128)), (128,),
+                                     family=family)
+        self.tiles = grid[1]
+        self.empty = self.num_rows == 0 or k == 0
         self.workspaces: dict[int, tuple] = {}  # stream handle → (counters or None, partials or None)
 
     def __call__(self, x: Tensor, values: Tensor | None = None, edge_id: Tensor | None = None,
@@ -122,7 +130,7 @@ class GespmmPlan(rt.Plan):
         shapes as in :func:`gespmm`, unchecked."""
         out = torch.empty(self.num_rows, self.k, dtype=self.dtype, device=self.device)
         arg = torch.empty(self.num_rows, self.k, dtype=torch.int64, device=self.device) if self.track else None
-        if self.num_rows == 0 or self.k == 0:
+        if self.empty:
             return out, arg
         return self._for(x, out)._launch(x, values, edge_id, gather_arg, out, arg)
 
@@ -134,38 +142,35 @@ class GespmmPlan(rt.Plan):
         part = torch.empty(self.schedule.num_partials, self.k, dtype=self.dtype, device=self.device)
         return part, torch.empty_like(part, dtype=torch.int64) if self.track else None
 
-    def _workspace(self) -> tuple[Tensor | None, Tensor, Tensor | None]:
-        """``(done, part, part_arg)`` of the split rows on the current stream. ``part``/``part_arg``: the
-        partial results, kept per stream when at most ``KEEP_PARTIALS_BYTES`` (allocating them is a small
-        graph's host cost; a large graph's are allocated per call rather than held). ``done``: for the
-        in-kernel fold, a count of finished segments per split row and column tile, zeroed once and reset by
-        the kernel (launches on one stream never overlap, so one set per stream suffices); else None."""
+    def _workspace(self) -> tuple[tuple[Tensor, Tensor | None], tuple[int, int, int, int]]:
+        """The split rows' partial results on the current stream (``part``, ``part_arg``) and the row kernel's
+        workspace arguments (``part``, ``part_arg``, ``rowptr``, ``done``). The partials are kept per stream when
+        at most ``KEEP_PARTIALS_BYTES`` (allocating them is a small graph's host cost; a large graph's are
+        allocated per call rather than held). ``done``: for the in-kernel fold, a count of finished segments per
+        split row and column tile, zeroed once and reset by the kernel (launches on one stream never overlap, so
+        one set per stream suffices); else null."""
         stream = rt.current_stream(self.device)
         work = self.workspaces.get(stream)
         if work is None:
             done = None
             if self.fold_in_kernel:
-                done = torch.zeros(self.schedule.num_partials * self.grid[1], dtype=torch.int32, device=self.device)
+                done = torch.zeros(self.schedule.num_partials * self.tiles, dtype=torch.int32, device=self.device)
             item = rt.itemsize(self.dtype) + (8 if self.track else 0)
             keep = self.schedule.num_partials * self.k * item <= KEEP_PARTIALS_BYTES
             work = self.workspaces[stream] = (done, self._partials() if keep else None)
         done, partials = work
-        return (done, *(partials or self._partials()))
+        partials = partials or self._partials()
+        return partials, (partials[0].data_ptr(), rt.ptr(partials[1]), self.rowptr.data_ptr(), rt.ptr(done))
 
     def _launch(self, x: Tensor, values: Tensor | None, edge_id: Tensor | None, gather_arg: Tensor | None,
                 out: Tensor, arg: Tensor | None) -> tuple[Tensor, Tensor | None]:
-        done = part = part_arg = None
-        if self.split:
-            done, part, part_arg = self._workspace()
-        rt.launch(FILE, self.name, self.device, self.grid, (rt.BLOCK,), (
-            *self.structure, rt.ptr(values), rt.ptr(edge_id), rt.ptr(gather_arg), x.data_ptr(), out.data_ptr(),
-            rt.ptr(arg), rt.ptr(part), rt.ptr(part_arg), rt.ptr(self.rowptr), rt.ptr(done), *self.sizes),
-            family=self.family)
-        if self.split and not self.fold_in_kernel:
+        partials, work = self._workspace() if self.split else (None, NO_WORKSPACE)  # partials: alive past the launches
+        self.rows(*self.structure, rt.ptr(values), rt.ptr(edge_id), rt.ptr(gather_arg), x.data_ptr(), out.data_ptr(),
+                  rt.ptr(arg), *work, *self.sizes)
+        if self.combine is not None:
             schedule = self.schedule
-            rt.launch(FILE, self.combine, self.device, (schedule.long_rows.numel(), -(-self.k // 128)), (128,), (
-                rt.ptr(schedule.long_rows), rt.ptr(schedule.long_ptr), rt.ptr(self.rowptr), part.data_ptr(),
-                rt.ptr(part_arg), out.data_ptr(), rt.ptr(arg), self.k), family=self.family)
+            self.combine(rt.ptr(schedule.long_rows), rt.ptr(schedule.long_ptr), rt.ptr(self.rowptr), work[0], work[1],
+                         out.data_ptr(), rt.ptr(arg), self.k)
         return out, arg
 
 

@@ -83,11 +83,11 @@ def aggregate(
     if reduce not in REDUCES:
         raise ValueError(f"aggregate: reduce must be one of {list(REDUCES)}; got {reduce!r}")
     if edge_weight is None:
-        edge_weight = graph.edge_weight
-    if edge_weight is not None:
+        edge_weight = graph.edge_weight  # checked by Graph
+    else:
         _check_edges("aggregate", "edge_weight", edge_weight, graph, x.size(1) if x.dim() == 3 else None)
-        if edge_weight.dtype != x.dtype:
-            edge_weight = edge_weight.to(x.dtype)
+    if edge_weight is not None and edge_weight.dtype != x.dtype:
+        edge_weight = edge_weight.to(x.dtype)
     if sampling is None:
         sampling = edge_sampling.current_sampling()
     if sampling is not None:

@@ -283,7 +283,7 @@ def test_gespmm_split_rows_fold_again_and_on_another_stream(k, reduce, in_kernel
     wv, col, track = w[g.csr.perm].contiguous(), g.csr.col.int(), reduce in ("max", "min")
     plan = spmm_kernels.GespmmPlan(g.csr.rowptr, col, k=k, dtype=torch.float32, reduce=reduce, wmode=1,
                                    schedule=spmm_kernels.row_schedule(g.csr.rowptr, 32), track=track)
-    assert plan.grid[1] == (3 if k == 602 else 1) and plan.fold_in_kernel == in_kernel
+    assert plan.tiles == (3 if k == 602 else 1) and plan.fold_in_kernel == in_kernel
     out, arg = plan(x, wv)
     ref = reference.aggregate(g, x.double(), w.double(), reduce)
     assert_close(out, ref, None if track else reference.aggregate(g, x.double().abs(), w.double(), reduce))

@@ -55,7 +55,9 @@ def recorded(monkeypatch):
     def launch(filename, name, device, grid, block, args, shared_mem=0, family=()):
         calls.append((filename, name.split("<")[0], len(args)))
 
-    monkeypatch.setattr(rt, "launch", launch)
+    monkeypatch.setattr(rt, "launch", launch)  # one-off launches
+    monkeypatch.setattr(rt.Kernel, "__call__", lambda kernel, *args: launch(kernel.filename, kernel.name, None, None,
+                                                                             None, args))  # the plans' bound kernels
     monkeypatch.setattr(rt, "check_devices", lambda op, tensors: torch.device("cpu"))
     monkeypatch.setattr(rt, "current_stream", lambda device: 0)
     monkeypatch.setattr(rt, "full_wave", lambda *args: 1056)

@@ -259,14 +259,16 @@ def test_plan_geometry_without_a_gpu():
     rowptr, col = _csr()
     row = torch.tensor([0, 0, 1, 2, 2, 3])
     plan = hp_spmm.HpSpmmPlan(rowptr, row, col, k=100, dtype=torch.float32, reduce="mean", weighted=True, npw=8)
-    assert plan.name == "hp_spmm<float, true, true, 2, 2, 32>" and plan.grid == (1, 1) and plan.align == 8
+    assert plan.kernel.name == "hp_spmm<float, true, true, 2, 2, 32>" and plan.kernel.shape[:3] == (1, 1, 1)
+    assert plan.align == 8
     small = hp_spmm.HpSpmmPlan(rowptr, row, col, k=7, dtype=torch.float64, npw=8)
-    assert small.name == "hp_spmm<double, false, false, 1, 1, 8>" and small.align == 8
+    assert small.kernel.name == "hp_spmm<double, false, false, 1, 1, 8>" and small.align == 8
     twin = plan._scalar_twin()
-    assert twin.align == 4 and twin.npw == plan.npw and ", 1, " in twin.name
+    assert twin.align == 4 and twin.npw == plan.npw and ", 1, " in twin.kernel.name
     es = es_spmm.EsSpmmPlan(rowptr, col, k=602, dtype=torch.float32, reduce="sum", weighted=False, width=64,
                             strategy="bucket", seed=0)
-    assert es.grid == (1, 2) and es.shared == es_spmm.shared_bytes(64, torch.float32, False, "bucket")
+    assert es.kernel.shape[:3] == (1, 2, 1) and es.kernel.shape[6] == es_spmm.shared_bytes(64, torch.float32, False,
+                                                                                             "bucket")
     x = torch.zeros(4, 602)
     assert es._for(x, torch.zeros(4, 602)) is es  # fresh tensors are aligned
     assert es._for(torch.zeros(4 * 602 + 1)[1:].view(4, 602), torch.zeros(4, 602)).align == 4  # scalar twin

@@ -26,6 +26,18 @@ template <typename T, int REDUCE> __device__ __forceinline__ T gf_identity() {
   return REDUCE == GF_MAX ? -gf_inf<T>() : (REDUCE == GF_MIN ? gf_inf<T>() : T(0));
 }
 
+// A CF x VEC register accumulator at the reduce's identity, with its entry positions at -1 ("none taken").
+template <typename T, int REDUCE, int CF, int VEC>
+__device__ __forceinline__ void gf_init_acc(T (&acc)[CF][VEC], i64 (&arg)[CF][VEC]) {
+#pragma unroll
+  for (int f = 0; f < CF; ++f)
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      acc[f][i] = gf_identity<T, REDUCE>();
+      arg[f][i] = -1;
+    }
+}
+
 // Strict "better" test: keeps the first (lowest-position) message among ties.
 template <typename T, int REDUCE> __device__ __forceinline__ bool gf_better(T a, T b) {
   return REDUCE == GF_MAX ? (a > b) : (a < b);

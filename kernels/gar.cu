@@ -38,13 +38,7 @@ __global__ void __launch_bounds__(256) gar_forward(
 
   T acc[CF][VEC];
   i64 arg[CF][VEC];
-#pragma unroll
-  for (int f = 0; f < CF; ++f)
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) {
-      acc[f][i] = gf_identity<T, REDUCE>();
-      arg[f][i] = -1;
-    }
+  gf_init_acc<T, REDUCE>(acc, arg);
 
 #pragma unroll 4
   for (i64 j = jb; j < je; ++j) {

@@ -21,13 +21,7 @@ __device__ __forceinline__ void gespmm_fold(const T* __restrict__ part, const i6
   constexpr bool EXTREMUM = (REDUCE == GF_MAX || REDUCE == GF_MIN);
   T acc[CF][VEC];
   i64 arg[CF][VEC];
-#pragma unroll
-  for (int f = 0; f < CF; ++f)
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) {
-      acc[f][i] = gf_identity<T, REDUCE>();
-      arg[f][i] = -1;  // extremum: no partial taken yet
-    }
+  gf_init_acc<T, REDUCE>(acc, arg);
 #pragma unroll 4
   for (i64 p = p0; p < p0 + nseg; ++p) {
 #pragma unroll
@@ -98,13 +92,7 @@ __global__ void __launch_bounds__(256) gespmm_rows(
 
   T acc[CF][VEC];
   i64 arg[CF][VEC];
-#pragma unroll
-  for (int f = 0; f < CF; ++f)
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) {
-      acc[f][i] = gf_identity<T, REDUCE>();
-      arg[f][i] = -1;
-    }
+  gf_init_acc<T, REDUCE>(acc, arg);
 
   for (i64 j0 = beg; j0 < end; j0 += GROUP) {
     const i64 j = j0 + gl;
@@ -185,12 +173,10 @@ __global__ void __launch_bounds__(256) gespmm_rows(
       }
     }
   }
-  if (slot >= 0) return;
-
   // A split row of nseg segments, which wrote workspace rows p0 .. p0 + nseg - 1 (this one is segment
   // (beg - row_beg) / seg_len). With `done` (few split rows), the group whose increment completes the row's
   // counter (one per column tile) folds them, whichever group it is; without, gespmm_combine does.
-  if (done == nullptr) return;
+  if (slot >= 0 || done == nullptr) return;
   const i64 row_beg = rowptr[row], degree = rowptr[row + 1] - row_beg;
   const i64 p0 = (-slot - 1) - (beg - row_beg) / seg_len;
   const i64 nseg = (degree + seg_len - 1) / seg_len;

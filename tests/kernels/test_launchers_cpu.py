@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -176,6 +177,68 @@ def test_launch_packs_every_argument_into_an_8_byte_slot():
     assert struct.unpack("qqqdq", bytes(runtime._args.values)[:40]) == (3, -2, 2**62, 0.5, 7)
     with pytest.raises(ValueError, match="at most 32 kernel arguments"):
         runtime._pack([0] * 33)
+
+
+class _FakeDriver:
+    """cuCtxGetCurrent / cuLaunchKernel stand-ins: the thread is always on context 7; launches are recorded."""
+
+    def __init__(self):
+        self.launches = []
+
+    def ctxGetCurrent(self):
+        return 7
+
+    def launchKernel(self, fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        self.launches.append((fn, (gx, gy, gz), (bx, by, bz), shared, stream, params))
+
+
+@pytest.fixture
+def fake_driver(monkeypatch):
+    from graphfuse.kernels import runtime
+
+    driver, compiled = _FakeDriver(), []
+
+    def get_function(filename, name, index, family=()):
+        compiled.append((filename, name, index, tuple(family)))
+        return SimpleNamespace(ptr=1000 + len(compiled))
+
+    monkeypatch.setattr(runtime, "_driver", lambda: driver)
+    monkeypatch.setattr(runtime, "get_function", get_function)
+    monkeypatch.setattr(runtime, "_current_stream_ptr", lambda index: 50 + index)
+    monkeypatch.setitem(runtime._contexts, 3, 7)
+    driver.compiled = compiled
+    return driver
+
+
+def test_bound_kernel_compiles_once_and_launches_with_its_shape(fake_driver):
+    import ctypes
+
+    from graphfuse.kernels import runtime
+
+    kernel = runtime.Kernel("spmm.cu", "k<float>", torch.device("cuda", 3), (5, 2), (256,), 64, ("k<double>",))
+    assert not fake_driver.compiled  # compiled at the first launch, not when bound
+    kernel(11, 2**40, runtime.f64(0.25))
+    kernel(12, 0, runtime.f64(1.5))
+    assert fake_driver.compiled == [("spmm.cu", "k<float>", 3, ("k<double>",))]
+    (fn, grid, block, shared, stream, params), second = fake_driver.launches
+    assert (fn, grid, block, shared, stream) == (1001, (5, 2, 1), (256, 1, 1), 64, 53)
+    slots = ctypes.cast(second[5], ctypes.POINTER(ctypes.c_void_p))
+    assert [ctypes.c_int64.from_address(slots[0]).value, ctypes.c_double.from_address(slots[2]).value] == [12, 1.5]
+    runtime.launch("gar.cu", "g<float>", torch.device("cuda", 3), (4,), (128, 2), (1, 2))
+    assert fake_driver.launches[-1][:5] == (1002, (4, 1, 1), (128, 2, 1), 0, 53)
+
+
+def test_empty_grids_launch_nothing_and_oversized_grids_are_refused(fake_driver):
+    from graphfuse.kernels import runtime
+
+    device = torch.device("cuda", 3)
+    runtime.Kernel("spmm.cu", "k<float>", device, (0, 4), (256,))(1, 2)
+    runtime.launch("spmm.cu", "k<float>", device, (3, 0), (256,), (1, 2))
+    assert not fake_driver.launches and not fake_driver.compiled
+    with pytest.raises(ValueError, match=r"k<float>: launch grid \(1, 65536\) exceeds the CUDA limits"):
+        runtime.Kernel("spmm.cu", "k<float>", device, (1, 65536), (256,))
+    with pytest.raises(ValueError, match=r"g: launch grid \(2147483648,\) exceeds the CUDA limits"):
+        runtime.launch("gar.cu", "g", device, (2**31,), (256,), ())
 
 
 def test_hp_sddmm_validation():

@@ -207,10 +207,10 @@ def launch(filename: str, name: str, device: torch.device, grid: Sequence[int], 
 
 def _launch_shape(name: str, grid: Sequence[int], block: Sequence[int], shared_mem: int) -> tuple | None:
     """``cuLaunchKernel``'s grid, block and shared-memory arguments (None for an empty grid)."""
-    gx, gy, gz = (*grid, 1, 1)[:3]
-    if gx >= 2**31 or gy > 65535 or gz > 65535:
+    shape = (*grid, 1, 1)[:3] + (*block, 1, 1)[:3] + (shared_mem,)
+    if shape[0] >= 2**31 or shape[1] > 65535 or shape[2] > 65535:
         raise ValueError(f"{name}: launch grid {tuple(grid)} exceeds the CUDA limits")
-    return None if min(gx, gy, gz) <= 0 else (gx, gy, gz, *(*block, 1, 1)[:3], shared_mem)
+    return shape if shape[0] > 0 and shape[1] > 0 and shape[2] > 0 else None
 
 
 def _launch(fn: int, index: int, shape: tuple, args: Sequence[int | float]) -> None:

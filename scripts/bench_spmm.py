@@ -15,8 +15,8 @@ per-call format work):
   (at most 64 in-edges per target; an approximation, timed for speed only).
 
 Timing: CUDA events around each call, median of ``--repeats`` (>= 20) runs after warm-up, taken in four
-interleaved rounds over the contestants (host noise falls on all of them alike). Out of memory is recorded
-as null. Writes JSON (with device name and versions) and a markdown table.
+interleaved rounds over the contestants (host noise falls on all of them alike); the JSON also keeps each
+cell's quartiles (``quartiles_ms``). Out of memory is recorded as null. Writes JSON (with device name and versions) and a markdown table.
 
 Usage: python scripts/bench_spmm.py --data DIR --out docs/benchmarks/spmm.json --md docs/benchmarks/spmm.md
 """
@@ -98,9 +98,16 @@ def time_ms(fn: Callable[[], object], repeats: int, warmup: int = 3) -> float | 
 
 def interleaved_ms(calls: dict[str, Callable[[], object]], repeats: int, rounds: int = ROUNDS,
                    warmup: int = 3) -> dict[str, float | None]:
-    """Median CUDA-event time in ms of each call (None on out-of-memory), its ``repeats`` runs taken in
-    ``rounds`` interleaved rounds (every contestant in turn, each round), so that a stretch of host or clock
-    noise on the machine falls on all contestants rather than on whichever was being timed then."""
+    """Median CUDA-event time in ms of each call (None on out-of-memory); see :func:`interleaved_samples`."""
+    samples = interleaved_samples(calls, repeats, rounds, warmup)
+    return {name: None if t is None else statistics.median(t) for name, t in samples.items()}
+
+
+def interleaved_samples(calls: dict[str, Callable[[], object]], repeats: int, rounds: int = ROUNDS,
+                        warmup: int = 3) -> dict[str, list[float] | None]:
+    """The CUDA-event times in ms of ``repeats`` runs of each call (None on out-of-memory), taken in ``rounds``
+    interleaved rounds (every contestant in turn, each round), so that a stretch of host or clock noise on the
+    machine falls on all contestants rather than on whichever was being timed then."""
     samples: dict[str, list[float] | None] = {}
     for name, fn in calls.items():
         try:
@@ -121,7 +128,7 @@ def interleaved_ms(calls: dict[str, Callable[[], object]], repeats: int, rounds:
             except torch.cuda.OutOfMemoryError:
                 torch.cuda.empty_cache()
                 samples[name] = None
-    return {name: None if t is None else statistics.median(t) for name, t in samples.items()}
+    return samples
 
 
 def graph_replay_ms(fn: Callable[[], object], repeats: int) -> float | None:
@@ -222,9 +229,12 @@ def bench_graph(name: str, ei: torch.Tensor, n: int, ks: list[int], repeats: int
         err = float((got - ref).abs().max() / ref.abs().max().clamp(min=1e-30))
         floor_bytes = nnz * 8 + (n + 1) * 8 + 2 * n * k * 4
         floor_ms = floor_bytes / (bw * 1e9) * 1e3
-        row = {"max_rel_err_vs_cusparse": err, "floor_ms": floor_ms, "ms": {}, "gflops": {}, "floor_fraction": {}}
-        for cname, ms in interleaved_ms(calls, repeats).items():
+        row = {"max_rel_err_vs_cusparse": err, "floor_ms": floor_ms, "ms": {}, "gflops": {}, "floor_fraction": {},
+               "quartiles_ms": {}}
+        for cname, samples in interleaved_samples(calls, repeats).items():
+            ms = None if samples is None else statistics.median(samples)
             row["ms"][cname] = ms
+            row["quartiles_ms"][cname] = None if samples is None else statistics.quantiles(samples, n=4)
             row["gflops"][cname] = None if ms is None else 2 * nnz * k / (ms * 1e-3) / 1e9
             row["floor_fraction"][cname] = None if ms is None else floor_ms / ms
         row["graph_replay_ms"] = {c: graph_replay_ms(calls[c], repeats) for c in REPLAYED}

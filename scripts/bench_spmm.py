@@ -16,7 +16,8 @@ per-call format work):
 
 Timing: CUDA events around each call, median of ``--repeats`` (>= 20) runs after warm-up, taken in four
 interleaved rounds over the contestants (host noise falls on all of them alike); the JSON also keeps each
-cell's quartiles (``quartiles_ms``). Out of memory is recorded as null. Writes JSON (with device name and versions) and a markdown table.
+cell's quartiles (``quartiles_ms``). Out of memory is recorded as null. Writes JSON (with device name and
+versions) and a markdown table.
 
 Usage: python scripts/bench_spmm.py --data DIR --out docs/benchmarks/spmm.json --md docs/benchmarks/spmm.md
 """

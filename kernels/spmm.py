@@ -121,7 +121,6 @@ class GespmmPlan(rt.Plan):
             self.combine = rt.Kernel(FILE, combine, self.device, (schedule.long_rows.numel(), -(-k // 128)), (128,),
                                      family=family)
         self.tiles = grid[1]
-        self.empty = self.num_rows == 0 or k == 0
         self.workspaces: dict[int, tuple] = {}  # stream handle → (counters or None, partials or None)
 
     def __call__(self, x: Tensor, values: Tensor | None = None, edge_id: Tensor | None = None,
@@ -130,7 +129,7 @@ class GespmmPlan(rt.Plan):
         shapes as in :func:`gespmm`, unchecked."""
         out = torch.empty(self.num_rows, self.k, dtype=self.dtype, device=self.device)
         arg = torch.empty(self.num_rows, self.k, dtype=torch.int64, device=self.device) if self.track else None
-        if self.empty:
+        if self.num_rows == 0 or self.k == 0:
             return out, arg
         return self._for(x, out)._launch(x, values, edge_id, gather_arg, out, arg)
 

@@ -13,12 +13,13 @@ CuPy is imported lazily: importing this module (and ``graphfuse.kernels``) works
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import re
 import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -216,18 +217,43 @@ def _launch_shape(name: str, grid: Sequence[int], block: Sequence[int], shared_m
 def _launch(fn: int, index: int, shape: tuple, args: Sequence[int | float]) -> None:
     """``cuLaunchKernel`` of the CUfunction ``fn`` on PyTorch's current stream of device ``index``: the
     arguments packed into the thread's parameter block, no CuPy argument conversion, stream object or device
-    context manager on the way."""
+    context manager on the way (unless the thread is not on the device's primary context)."""
     params = _pack(args)
     driver = _driver()
-    if driver.ctxGetCurrent() == _contexts.get(index):  # the thread is on the device's primary context
+    if driver.ctxGetCurrent() == _contexts.get(index):
         driver.launchKernel(fn, *shape, _current_stream_ptr(index), params, 0)
         return
-    # Another device is current, or a thread without a current context yet (autograd's device thread before
-    # its first CUDA runtime call): bind the device's primary context, as the runtime API would.
+    with _primary_context(index):
+        driver.launchKernel(fn, *shape, _current_stream_ptr(index), params, 0)
+
+
+def zeros(shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> Tensor:
+    """``torch.zeros`` by one ``cudaMemsetAsync`` on PyTorch's current stream (the output of an atomic kernel).
+    PyTorch's zeros launches a fill kernel through its dispatcher: several microseconds more host time per call,
+    which a small graph pays."""
+    out = torch.empty(shape, dtype=dtype, device=device)
+    size = out.numel() * out.element_size()
+    if size == 0:
+        return out
+    index = device_index(out.device)
+    memset = _cupy().cuda.runtime.memsetAsync
+    if _driver().ctxGetCurrent() == _contexts.get(index):
+        memset(out.data_ptr(), 0, size, _current_stream_ptr(index))
+        return out
+    with _primary_context(index):
+        memset(out.data_ptr(), 0, size, _current_stream_ptr(index))
+    return out
+
+
+@contextlib.contextmanager
+def _primary_context(index: int) -> Iterator[None]:
+    """Device ``index``'s primary context bound to the thread for the block, as the runtime API would bind it
+    (for a thread on another device, or without a current context yet: autograd's device thread before its
+    first CUDA runtime call); remembered, so that later calls recognise it with one ``cuCtxGetCurrent``."""
     with torch.cuda.device(index):
         _cupy().cuda.runtime.setDevice(index)
-        _contexts[index] = driver.ctxGetCurrent()
-        driver.launchKernel(fn, *shape, _current_stream_ptr(index), params, 0)
+        _contexts[index] = _driver().ctxGetCurrent()
+        yield
 
 
 _contexts: dict[int, int] = {}  # device index → its primary context (the CUcontext handle, as an int)

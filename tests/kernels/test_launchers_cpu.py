@@ -206,7 +206,9 @@ def fake_driver(monkeypatch):
     monkeypatch.setattr(runtime, "get_function", get_function)
     monkeypatch.setattr(runtime, "_current_stream_ptr", lambda index: 50 + index)
     monkeypatch.setitem(runtime._contexts, 3, 7)
-    driver.compiled = compiled
+    driver.compiled, driver.memsets = compiled, []
+    memset = SimpleNamespace(memsetAsync=lambda *args: driver.memsets.append(args))
+    monkeypatch.setattr(runtime, "_cupy", lambda: SimpleNamespace(cuda=SimpleNamespace(runtime=memset)))
     return driver
 
 
@@ -239,6 +241,17 @@ def test_empty_grids_launch_nothing_and_oversized_grids_are_refused(fake_driver)
         runtime.Kernel("spmm.cu", "k<float>", device, (1, 65536), (256,))
     with pytest.raises(ValueError, match=r"g: launch grid \(2147483648,\) exceeds the CUDA limits"):
         runtime.launch("gar.cu", "g", device, (2**31,), (256,), ())
+
+
+def test_zeros_is_one_memset_on_the_current_stream(fake_driver, monkeypatch):
+    from graphfuse.kernels import runtime
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)  # CPU tensors stand in for device 3's
+    out = runtime.zeros((5, 7), torch.float64, torch.device("cpu"))
+    assert out.shape == (5, 7) and out.dtype == torch.float64
+    assert fake_driver.memsets == [(out.data_ptr(), 0, 5 * 7 * 8, 53)]
+    assert runtime.zeros((0, 7), torch.float32, torch.device("cpu")).shape == (0, 7)
+    assert len(fake_driver.memsets) == 1  # nothing to zero, no call
 
 
 def test_hp_sddmm_validation():

@@ -42,7 +42,7 @@ class HpSpmmPlan(rt.Plan):
         self.device = rowptr.device
         self.num_rows = rowptr.numel() - 1
         nnz = col.numel()
-        vec_, cf, group = spmm.config(k, dtype, vec)
+        vec_, cf, group = spmm.config(k, dtype, vec, reduce)
         self.align = vec_ * rt.itemsize(dtype)
         name, family = _names(rt.ctype(dtype), weighted, reduce == "mean", vec_, cf, group)
         tiles = -(-k // (group * vec_ * cf)) if k else 0
@@ -107,4 +107,4 @@ def instances() -> list[str]:
     """Representative template instances (compiled by the CPU test with nvcc)."""
     return [f"hp_spmm<{t}, {w}, {m}, {vec}, {cf}, {group}>" for t in ("float", "double")
             for w in ("false", "true") for m in ("false", "true")
-            for vec, cf, group in ((1, 1, 1), (1, 1, 8), (1, 2, 32), (4, 2, 32), (2, 4, 32))]
+            for vec, cf, group in ((1, 1, 1), (1, 1, 8), (1, 2, 32), (4, 1, 8), (2, 2, 32))]

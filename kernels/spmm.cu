@@ -83,6 +83,9 @@ __global__ void __launch_bounds__(256) gespmm_rows(
     i64 num_segs, i64 K, i64 H, i64 C, i64 seg_len) {
   constexpr int TILE = GROUP * VEC * CF;
   constexpr bool EXTREMUM = (REDUCE == GF_MAX || REDUCE == GF_MIN);
+  // Gathers in flight per lane: a warp-wide group runs 16 of its 32 entries unrolled (faster than 8 on the
+  // H100 at K = 41 to 602), a smaller group all of them up to 8.
+  constexpr int UNROLL = GROUP == 32 ? 16 : 8;
   const int gl = threadIdx.x & (GROUP - 1);
   const i64 s = (i64)blockIdx.x * (blockDim.x / GROUP) + threadIdx.x / GROUP;
   if (s >= num_segs) return;  // the whole group leaves together
@@ -105,7 +108,7 @@ __global__ void __launch_bounds__(256) gespmm_rows(
       if (ARGMASK) my_e = edge_id[j];
     }
     const int n = (int)min((i64)GROUP, end - j0);
-#pragma unroll 8
+#pragma unroll UNROLL
     for (int t = 0; t < n; ++t) {
       const int c = __shfl_sync(mask, my_c, t, GROUP);
       T w = T(1);

@@ -328,6 +328,28 @@ def test_dtp_counts_workers_per_block():
     assert sddmm.nnz_per_warp(64 * 8 * 2 * full + 1, full, workers=64) == 8
 
 
+@pytest.mark.parametrize(
+    "k, dtype, vec, reduce, expected",
+    [
+        (7, torch.float32, None, "max", (1, 1, 8)),  # below a warp: several rows per warp, scalar loads
+        (32, torch.float32, None, "sum", (4, 1, 8)),  # a sum packs four rows per warp, a float4 per lane
+        (32, torch.float32, None, "max", (1, 1, 32)),  # mean/max/min: one row per warp
+        (64, torch.float32, None, "sum", (4, 1, 16)),
+        (64, torch.float32, None, "mean", (2, 1, 32)),
+        (41, torch.float32, None, "sum", (1, 2, 32)),  # odd K: scalar loads, two chunks per lane
+        (128, torch.float32, None, "sum", (4, 1, 32)),
+        (256, torch.float32, None, "min", (4, 1, 32)),  # two 128-column tiles rather than one of 256
+        (602, torch.float32, None, "sum", (2, 2, 32)),  # five tiles
+        (64, torch.float64, None, "sum", (2, 1, 32)),
+        (64, torch.float32, 1, "sum", (1, 2, 32)),  # the scalar twin
+    ],
+)
+def test_gespmm_config(k, dtype, vec, reduce, expected):
+    vec_, cf, group = expected
+    assert spmm.config(k, dtype, vec, reduce) == expected
+    assert group * vec_ * cf <= spmm.TILE
+
+
 def test_plan_geometry_without_a_gpu():
     """Plans fix their grid, tiles and template instance at construction (no launch here: CPU tensors)."""
     from graphfuse.kernels import es_spmm, hp_spmm

@@ -2,8 +2,8 @@
 // (rowptr + per-entry row + col + weight, entries in CSR order), load-balanced by splitting the nonzeros, not
 // the rows.
 //
-// Work mapping: a worker of GROUP lanes (one warp for K >= 32; 1..16 lanes, several workers per warp, below)
-// owns NnzPerWarp consecutive entries (Dynamic Task Partition: the launcher picks NnzPerWarp from the GPU's
+// Work mapping: a worker of GROUP lanes (one warp, or fewer with several workers per warp: K < 32, and a sum
+// at K < 128; the rule is GE-SpMM's spmm.config) owns NnzPerWarp consecutive entries (Dynamic Task Partition: the launcher picks NnzPerWarp from the GPU's
 // full-wave size) and a column tile of GROUP * VEC * CF columns (grid.y walks the tiles). The worker loads
 // GROUP (row, col, weight) triples with one coalesced access and broadcasts them with shuffles; every lane
 // accumulates VEC-wide vectors (Hierarchical Vectorized Memory Access: the widest vector K and the pointers

@@ -2,8 +2,8 @@
 // Coarse-grained Warp Merging (CWM), generalised to sum / mean / max / min, edge weights per edge or per
 // head, row splitting for load balance, and an optional "argmask" used by the max/min backward pass.
 //
-// Work mapping (gespmm_rows): a GROUP of lanes (32 = one warp; 1..16 for K < 32, several rows per warp)
-// owns one row segment and a column tile of GROUP * VEC * CF columns (grid.y walks the tiles). The group
+// Work mapping (gespmm_rows): a GROUP of lanes (32 = one warp; fewer for K < 32, and for a sum at K < 128,
+// several rows per warp; see spmm.config) owns one row segment and a column tile of GROUP * VEC * CF columns (grid.y walks the tiles). The group
 // loads GROUP (col, val) pairs of its segment with one coalesced access (CRC; kept in registers and
 // broadcast with shuffles), then every lane accumulates VEC-wide vectors of CF column chunks (CWM).
 // Rows longer than the schedule's segment length are split into segments whose partial results go to a

@@ -113,8 +113,9 @@ class GespmmPlan(rt.Plan):
         vec_, cf, group = config(k, dtype, vec, reduce)
         self.align = vec_ * rt.itemsize(dtype)
         num_segs = self.num_rows if schedule is None else schedule.seg_row.numel()
+        shared = tuple(code for red, code in rt.REDUCE_CODES.items() if config(k, dtype, vec, red) == (vec_, cf, group))
         name, combine, family = _names(rt.ctype(dtype), rt.REDUCE_CODES[reduce], wmode, vec_, cf, group, argmask,
-                                       track)
+                                       track, shared)
         grid = (-(-num_segs // (rt.BLOCK // group)), -(-k // (group * vec_ * cf)))
         self.rows = rt.Kernel(FILE, name, self.device, grid, (rt.BLOCK,), family=family)
         seg_ptr = rowptr if schedule is None else schedule.seg_ptr
@@ -248,21 +249,23 @@ def _check(rowptr: Tensor, col: Tensor, x: Tensor, values: Tensor | None, reduce
 
 
 @functools.cache
-def _names(t: str, red: int, wmode: int, vec: int, cf: int, group: int, argmask: bool, track: bool
-           ) -> tuple[str, str, tuple[str, ...]]:
-    """(row kernel, combine kernel, family) names of one configuration."""
+def _names(t: str, red: int, wmode: int, vec: int, cf: int, group: int, argmask: bool, track: bool,
+           reduces: tuple[int, ...]) -> tuple[str, str, tuple[str, ...]]:
+    """(row kernel, combine kernel, family) names of one configuration; ``reduces``: the reduce codes that use
+    the same (VEC, CF, GROUP) at this width (the family's members)."""
     name = f"gespmm_rows<{t}, {red}, {wmode}, {vec}, {cf}, {group}, {rt.cbool(argmask)}, {rt.cbool(track)}>"
-    return name, f"gespmm_combine<{t}, {red}, {rt.cbool(track)}>", _family(t, vec, cf, group)
+    return name, f"gespmm_combine<{t}, {red}, {rt.cbool(track)}>", _family(t, vec, cf, group, reduces)
 
 
 @functools.cache
-def _family(t: str, vec: int, cf: int, group: int) -> tuple[str, ...]:
-    """Instances compiled together: every reduce and weight mode (max/min with and without the argument),
-    the argmask variant, and the combines."""
-    names = [f"gespmm_rows<{t}, {r}, {w}, {vec}, {cf}, {group}, false, {tr}>" for r in range(4) for w in range(3)
+def _family(t: str, vec: int, cf: int, group: int, reduces: tuple[int, ...]) -> tuple[str, ...]:
+    """Instances compiled together: every weight mode of the ``reduces`` sharing this configuration (max/min
+    with and without the argument), the argmask variant (a sum) and their combines."""
+    names = [f"gespmm_rows<{t}, {r}, {w}, {vec}, {cf}, {group}, false, {tr}>" for r in reduces for w in range(3)
              for tr in (("false", "true") if r >= 2 else ("false",))]
-    names += [f"gespmm_rows<{t}, 0, {w}, {vec}, {cf}, {group}, true, false>" for w in range(3)]
-    return tuple(names + [f"gespmm_combine<{t}, {r}, {tr}>" for r in range(4) for tr in ("false", "true")])
+    if 0 in reduces:
+        names += [f"gespmm_rows<{t}, 0, {w}, {vec}, {cf}, {group}, true, false>" for w in range(3)]
+    return tuple(names + [f"gespmm_combine<{t}, {r}, {tr}>" for r in reduces for tr in ("false", "true")])
 
 
 def instances() -> list[str]:

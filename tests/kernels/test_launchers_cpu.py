@@ -350,6 +350,31 @@ def test_gespmm_config(k, dtype, vec, reduce, expected):
     assert group * vec_ * cf <= spmm.TILE
 
 
+@pytest.mark.parametrize("k", [7, 32, 64, 256])
+def test_gespmm_family_is_the_reduces_sharing_a_configuration(k):
+    """A plan compiles, in one NVRTC call, the instances of every reduce (and weight mode, argument tracking,
+    argmask variant) that use its (VEC, CF, GROUP), and none of a reduce that uses another: at K = 32 and 64 a
+    sum packs rows per warp and mean/max/min do not."""
+    rowptr, col = _csr()
+    plans = {}
+    for reduce in ("sum", "mean", "max", "min"):
+        for wmode in range(3):
+            for track in ((False, True) if reduce in ("max", "min") else (False,)):
+                plans[reduce, wmode, track, False] = spmm.GespmmPlan(rowptr, col, k=k, dtype=torch.float32,
+                                                                     reduce=reduce, wmode=wmode, track=track)
+        if reduce == "sum":
+            for wmode in range(3):
+                plans[reduce, wmode, False, True] = spmm.GespmmPlan(rowptr, col, k=k, dtype=torch.float32,
+                                                                    wmode=wmode, argmask=True)
+    for plan in plans.values():
+        same = {other.rows.name for other in plans.values()
+                if spmm.config(k, torch.float32, None, other.reduce) == spmm.config(k, torch.float32, None, plan.reduce)}
+        assert plan.rows.name in plan.rows.family
+        assert same == {name for name in plan.rows.family if name.startswith("gespmm_rows")}
+    packed = plans["sum", 1, False, False].rows.family
+    assert (len(packed) < len(plans["max", 1, False, False].rows.family)) == (k in (32, 64))
+
+
 def test_plan_geometry_without_a_gpu():
     """Plans fix their grid, tiles and template instance at construction (no launch here: CPU tensors)."""
     from graphfuse.kernels import es_spmm, hp_spmm

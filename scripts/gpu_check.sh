@@ -56,7 +56,7 @@ if step memcheck; then
 PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout "${MEMCHECK_TIMEOUT:-240}" compute-sanitizer --tool memcheck \
   --error-exitcode 97 --print-limit 20 \
   python3 -m pytest -m gpu tests/kernels/test_kernels_gpu.py tests/kernels/test_es_spmm_gpu.py \
-  tests/graph/test_processing_gpu.py -q -p no:cacheprovider -x -k "$SUBSET or radix_path or (radix_sort and (4095 or 100003)) or (multihead and unsorted and gespmm) or (multihead and bipartite and gar) or (sddmm_and and unsorted) or (hp_sddmm and (unsorted or big_hub or no_edges) and (7 or 1500)) or (hp_spmm_every and (big_hub or hub) and 100) or (es_spmm_matches and hub and not big_hub and sum and 64) or (kept_set_is_exact and hub and random) or (split_rows_fold_again and (7 or 64 or 602) and (sum or max))" \
+  tests/graph/test_processing_gpu.py -q -p no:cacheprovider -x -k "$SUBSET or radix_path or (radix_sort and (4095 or 100003)) or (multihead and unsorted and gespmm) or (multihead and bipartite and gar) or (sddmm_and and unsorted) or (hp_sddmm and (unsorted or big_hub or no_edges) and (7 or 1500)) or (hp_spmm_every and (big_hub or hub) and 100) or (es_spmm_matches and hub and not big_hub and sum and 64) or (kept_set_is_exact and hub and random) or (split_rows_fold_again and (7 or 64 or 602) and (sum or max)) or (matches_reference and (unsorted or hub) and not big_hub and (32 or 64 or 256) and (gespmm or hpspmm))" \
   >"$OUT/memcheck.log" 2>&1
 MEMCHECK_RC=$?
 tail -n 8 "$OUT/memcheck.log"

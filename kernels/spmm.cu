@@ -2,14 +2,14 @@
 // Coarse-grained Warp Merging (CWM), generalised to sum / mean / max / min, edge weights per edge or per
 // head, row splitting for load balance, and an optional "argmask" used by the max/min backward pass.
 //
-// Work mapping (gespmm_rows): a GROUP of lanes (32 = one warp; fewer for K < 32, and for a sum at K < 128,
-// several rows per warp; see spmm.config) owns one row segment and a column tile of GROUP * VEC * CF columns (grid.y walks the tiles). The group
-// loads GROUP (col, val) pairs of its segment with one coalesced access (CRC; kept in registers and
-// broadcast with shuffles), then every lane accumulates VEC-wide vectors of CF column chunks (CWM).
-// Rows longer than the schedule's segment length are split into segments whose partial results go to a
-// workspace, folded in segment order (gespmm_fold) either in the same launch, by the group that finishes a
-// split row's last segment (found with a per-row counter that it resets; for graphs with few split rows), or
-// by gespmm_combine. No float atomics anywhere, hence bitwise deterministic.
+// Work mapping (gespmm_rows): a GROUP of lanes (32 = one warp; fewer, several rows per warp, for K < 32 and for
+// a sum at 32 <= K <= 64; see spmm.config) owns one row segment and a column tile of GROUP * VEC * CF columns
+// (grid.y walks the tiles). The group loads GROUP (col, val) pairs of its segment with one coalesced access
+// (CRC; kept in registers and broadcast with shuffles), then every lane accumulates VEC-wide vectors of CF
+// column chunks (CWM). Rows longer than the schedule's segment length are split into segments whose partial
+// results go to a workspace, folded in segment order (gespmm_fold) either in the same launch, by the group that
+// finishes a split row's last segment (found with a per-row counter that it resets; for graphs with few split
+// rows), or by gespmm_combine. No float atomics anywhere, hence bitwise deterministic.
 #include "common.cuh"
 
 // dst[k] for this group's column tile (from k_base) = the reduce of partials p0 .. p0 + nseg - 1 of one

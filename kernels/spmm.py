@@ -81,7 +81,7 @@ def config(k: int, dtype: torch.dtype, vec: int | None = None, reduce: str = "su
     """(VEC, CF, GROUP) for width K: VEC-wide loads (the widest K allows for aligned operands, or ``vec``),
     GROUP lanes per row (a power of two) and CF column chunks per lane (coarse-grained warp merging) covering at
     most ``TILE`` columns; grid.y walks the tiles. Below K = 32: scalar loads, GROUP the power of two >= K.
-    From K = 32, a sum packs several rows into a warp while K has fewer than 32 aligned float4s (GROUP = 8 at
+    From K = 32, a sum packs several rows into a warp while K spans at most 16 of its vectors (GROUP = 8 at
     K = 32, 16 at K = 64: 1.1-1.9x faster on the H100's large graphs); mean, max and min keep one row per warp,
     as packing made them up to 1.3x slower there."""
     if k < 32:

@@ -2,10 +2,10 @@
 // (rowptr + per-entry row + col + weight, entries in CSR order), load-balanced by splitting the nonzeros, not
 // the rows.
 //
-// Work mapping: a worker of GROUP lanes (one warp, or fewer with several workers per warp: K < 32, and a sum at
-// 32 <= K <= 64; the rule is GE-SpMM's spmm.config) owns NnzPerWarp consecutive entries (Dynamic Task Partition:
-// the launcher picks NnzPerWarp from the GPU's full-wave size) and a column tile of GROUP * VEC * CF columns
-// (grid.y walks the tiles). The worker loads GROUP (row, col, weight) triples with one coalesced access and
+// Work mapping: a worker of GROUP lanes (one warp, or fewer with several workers per warp for K <= 64; the rule
+// is GE-SpMM's spmm.config) owns NnzPerWarp consecutive entries (Dynamic Task Partition: the launcher picks
+// NnzPerWarp from the GPU's full-wave size) and a column tile of GROUP * VEC * CF columns (grid.y walks the
+// tiles). The worker loads GROUP (row, col, weight) triples with one coalesced access and
 // broadcasts them with shuffles; every lane accumulates VEC-wide vectors (Hierarchical Vectorized Memory Access:
 // the widest vector K and the pointers allow) of CF column chunks in registers while the row stays the same: the
 // GROUP entries split into runs of one row (a ballot of the lanes whose row differs from their predecessor's),

@@ -42,7 +42,7 @@ class HpSpmmPlan(rt.Plan):
         self.device = rowptr.device
         self.num_rows = rowptr.numel() - 1
         nnz = col.numel()
-        vec_, cf, group = spmm.config(k, dtype, vec, reduce)
+        vec_, cf, group = spmm.config(k, dtype, vec)
         self.align = vec_ * rt.itemsize(dtype)
         name, family = _names(rt.ctype(dtype), weighted, reduce == "mean", vec_, cf, group)
         tiles = -(-k // (group * vec_ * cf)) if k else 0

@@ -1,9 +1,9 @@
 """CuPy kernel runtime: lazy NVRTC compilation, a per-device cache, launches on PyTorch's current stream.
 
 Kernel sources are the real ``.cu`` files beside this module. A launcher asks for one template instance by
-its C++ name expression (``"gespmm_rows<float, 0, 1, 4, 1, 32, false>"``); the first request on a device
-compiles it with ``cupy.RawModule(code=..., name_expressions=[...])`` (CuPy also keeps its on-disk cache),
-later requests hit the in-process cache. Tensors are passed zero-copy as raw device pointers; every integer
+its C++ name expression (``"hp_spmm<float, true, false, 4, 1, 32>"``); the first request on a device compiles
+it with ``cupy.RawModule(code=..., name_expressions=[...])`` (CuPy also keeps its on-disk cache), later
+requests hit the in-process cache. Tensors are passed zero-copy as raw device pointers; every integer
 kernel argument is 64-bit (``long long``) so that offsets such as ``row * K`` never overflow, and every
 kernel parameter is 8 bytes (pointer, ``long long`` or ``double``), which lets :func:`launch` pack them into a
 reused parameter block and call ``cuLaunchKernel`` directly (:class:`Kernel`).

@@ -2,15 +2,34 @@
 // Coarse-grained Warp Merging (CWM), generalised to sum / mean / max / min, edge weights per edge or per
 // head, row splitting for load balance, and an optional "argmask" used by the max/min backward pass.
 //
-// Work mapping (gespmm_rows): a GROUP of lanes (32 = one warp; fewer, several rows per warp, for K < 32 and for
-// a sum at 32 <= K <= 64; see spmm.config) owns one row segment and a column tile of GROUP * VEC * CF columns
-// (grid.y walks the tiles). The group loads GROUP (col, val) pairs of its segment with one coalesced access
-// (CRC; kept in registers and broadcast with shuffles), then every lane accumulates VEC-wide vectors of CF
-// column chunks (CWM). Rows longer than the schedule's segment length are split into segments whose partial
-// results go to a workspace, folded in segment order (gespmm_fold) either in the same launch, by the group that
-// finishes a split row's last segment (found with a per-row counter that it resets; for graphs with few split
-// rows), or by gespmm_combine. No float atomics anywhere, hence bitwise deterministic.
+// Work mapping (gespmm_rows): a GROUP of lanes (32 = one warp; fewer, several rows per warp, for K <= 64; see
+// spmm.config) owns one row segment and a column tile of GROUP * VEC * CF columns (grid.y walks the tiles).
+// The group loads GROUP (col, val) pairs of its segment with one coalesced access (CRC; kept in registers and
+// broadcast with shuffles), then every lane accumulates VEC-wide vectors of CF column chunks (CWM); UNCHECKED
+// (max/min, when every tile is full) leaves out the per-column bound check. Rows longer than the schedule's
+// segment length are split into segments whose partial results go to a workspace, folded in segment order
+// (gespmm_fold) either in the same launch, by the group that finishes a split row's last segment (found with
+// a per-row counter that it resets; for graphs with few split rows), or by gespmm_combine. No float atomics
+// anywhere, hence bitwise deterministic.
 #include "common.cuh"
+
+// Store a group's finished column tile (from k_base): acc at dst and, with TRACK, the entry positions at dst_arg.
+template <typename T, bool TRACK, int VEC, int CF, int GROUP>
+__device__ __forceinline__ void gespmm_store(const T (&acc)[CF][VEC], const i64 (&arg)[CF][VEC],
+                                             T* __restrict__ dst, i64* __restrict__ dst_arg, i64 k_base, int gl,
+                                             i64 K) {
+#pragma unroll
+  for (int f = 0; f < CF; ++f) {
+    const i64 k = k_base + (i64)(f * GROUP + gl) * VEC;
+    if (k < K) {
+      gf_store<T, VEC>(dst + k, acc[f]);
+      if (TRACK) {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) dst_arg[k + i] = arg[f][i];
+      }
+    }
+  }
+}
 
 // dst[k] for this group's column tile (from k_base) = the reduce of partials p0 .. p0 + nseg - 1 of one
 // split row, in that order (mean divides by the row's degree; max/min keep the first best and its entry).
@@ -46,25 +65,16 @@ __device__ __forceinline__ void gespmm_fold(const T* __restrict__ part, const i6
     }
   }
 #pragma unroll
-  for (int f = 0; f < CF; ++f) {
-    const i64 k = k_base + (i64)(f * GROUP + gl) * VEC;
-    if (k < K) {
-      T o[VEC];
+  for (int f = 0; f < CF; ++f)
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) {
-        o[i] = REDUCE == GF_MEAN ? acc[f][i] / T(degree) : acc[f][i];
-        if (EXTREMUM && arg[f][i] < 0) o[i] = T(0);
-      }
-      gf_store<T, VEC>(dst + k, o);
-      if (EXTREMUM && TRACK) {
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) dst_arg[k + i] = arg[f][i];
-      }
+    for (int i = 0; i < VEC; ++i) {
+      if (REDUCE == GF_MEAN) acc[f][i] /= T(degree);
+      if (EXTREMUM && arg[f][i] < 0) acc[f][i] = T(0);
     }
-  }
+  gespmm_store<T, EXTREMUM && TRACK, VEC, CF, GROUP>(acc, arg, dst, dst_arg, k_base, gl, K);
 }
 
-template <typename T, int REDUCE, int WMODE, int VEC, int CF, int GROUP, bool ARGMASK, bool TRACK>
+template <typename T, int REDUCE, int WMODE, int VEC, int CF, int GROUP, bool ARGMASK, bool TRACK, bool UNCHECKED>
 __global__ void __launch_bounds__(256) gespmm_rows(
     const i64* __restrict__ seg_ptr,     // (S + 1,) nnz offsets of the row segments
     const i64* __restrict__ seg_row,     // (S,) row of each segment; null: segment s is row s
@@ -119,7 +129,10 @@ __global__ void __launch_bounds__(256) gespmm_rows(
 #pragma unroll
       for (int f = 0; f < CF; ++f) {
         const i64 k = k_base + (i64)(f * GROUP + gl) * VEC;
-        if (k < K) {
+        // The check made nvcc branch around each gather of a max/min, keeping one in flight (H100, K = 32 to 256:
+        // 1.1-1.4x slower than unchecked); a sum's it predicates (unchecked, a sum took more registers and ran
+        // up to 1.15x slower), hence UNCHECKED only for max/min.
+        if (UNCHECKED || k < K) {
           T v[VEC];
           gf_load<T, VEC>(xr + k, v);
 #pragma unroll
@@ -157,25 +170,13 @@ __global__ void __launch_bounds__(256) gespmm_rows(
   }
   const T scale = (REDUCE == GF_MEAN && slot >= 0 && end > beg) ? T(1) / T(end - beg) : T(1);
 #pragma unroll
-  for (int f = 0; f < CF; ++f) {
-    const i64 k = k_base + (i64)(f * GROUP + gl) * VEC;
-    if (k < K) {
-      T o[VEC];
+  for (int f = 0; f < CF; ++f)
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) {
-        if (EXTREMUM) {
-          o[i] = (TRACK ? arg[f][i] < 0 : end == beg) ? T(0) : acc[f][i];  // empty row: 0
-        } else {
-          o[i] = acc[f][i] * scale;
-        }
-      }
-      gf_store<T, VEC>(dst + k, o);
-      if (EXTREMUM && TRACK) {
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) dst_arg[k + i] = arg[f][i];
-      }
+    for (int i = 0; i < VEC; ++i) {
+      if (!EXTREMUM) acc[f][i] *= scale;
+      else if (TRACK ? arg[f][i] < 0 : end == beg) acc[f][i] = T(0);  // empty row: 0
     }
-  }
+  gespmm_store<T, EXTREMUM && TRACK, VEC, CF, GROUP>(acc, arg, dst, dst_arg, k_base, gl, K);
   // A split row of nseg segments, which wrote workspace rows p0 .. p0 + nseg - 1 (this one is segment
   // (beg - row_beg) / seg_len). With `done` (few split rows), the group whose increment completes the row's
   // counter (one per column tile) folds them, whichever group it is; without, gespmm_combine does.

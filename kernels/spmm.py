@@ -77,18 +77,17 @@ def row_schedule(rowptr: Tensor, segment: int = DEFAULT_SEGMENT) -> RowSchedule 
     return RowSchedule(seg_ptr, seg_row, seg_slot, rows[is_long], long_ptr, segment, int(long_ptr[-1]))
 
 
-def config(k: int, dtype: torch.dtype, vec: int | None = None, reduce: str = "sum") -> tuple[int, int, int]:
+def config(k: int, dtype: torch.dtype, vec: int | None = None) -> tuple[int, int, int]:
     """(VEC, CF, GROUP) for width K: VEC-wide loads (the widest K allows for aligned operands, or ``vec``),
     GROUP lanes per row (a power of two) and CF column chunks per lane (coarse-grained warp merging) covering at
     most ``TILE`` columns; grid.y walks the tiles. Below K = 32: scalar loads, GROUP the power of two >= K.
-    From K = 32, a sum packs several rows into a warp while K spans at most 16 of its vectors (GROUP = 8 at
-    K = 32, 16 at K = 64: 1.1-1.9x faster on the H100's large graphs); mean, max and min keep one row per warp,
-    as packing made them up to 1.3x slower there."""
+    From K = 32, several rows share a warp while K spans at most 16 vectors (GROUP = 8 at K = 32, 16 at K = 64;
+    on the H100's large graphs 1.1-1.9x faster for a sum, and for mean and max 1.2-1.4x at K = 32 on
+    RMAT s18 57M, within 1.1x either way elsewhere)."""
     if k < 32:
         return 1, 1, rt.next_pow2(k)
-    pack = reduce == "sum"
-    vec = vec or rt.vector_width(k, dtype, [], lanes=8 if pack else 32)
-    group = min(32, rt.next_pow2(-(-k // vec))) if pack else 32
+    vec = vec or rt.vector_width(k, dtype, [], lanes=8)
+    group = min(32, rt.next_pow2(-(-k // vec)))
     return vec, min(TILE // (group * vec), rt.next_pow2(-(-k // (group * vec)))), group
 
 
@@ -110,12 +109,12 @@ class GespmmPlan(rt.Plan):
         self.k, self.dtype, self.reduce, self.heads, self.wmode = k, dtype, reduce, heads, wmode
         self.track, self.argmask, self.device = track, argmask, rowptr.device
         self.num_rows = rowptr.numel() - 1
-        vec_, cf, group = config(k, dtype, vec, reduce)
+        vec_, cf, group = config(k, dtype, vec)
         self.align = vec_ * rt.itemsize(dtype)
         num_segs = self.num_rows if schedule is None else schedule.seg_row.numel()
-        shared = tuple(code for red, code in rt.REDUCE_CODES.items() if config(k, dtype, vec, red) == (vec_, cf, group))
+        full = k % (group * vec_ * cf) == 0  # every column tile full: max/min run without the bound check
         name, combine, family = _names(rt.ctype(dtype), rt.REDUCE_CODES[reduce], wmode, vec_, cf, group, argmask,
-                                       track, shared)
+                                       track, full)
         grid = (-(-num_segs // (rt.BLOCK // group)), -(-k // (group * vec_ * cf)))
         self.rows = rt.Kernel(FILE, name, self.device, grid, (rt.BLOCK,), family=family)
         seg_ptr = rowptr if schedule is None else schedule.seg_ptr
@@ -248,24 +247,29 @@ def _check(rowptr: Tensor, col: Tensor, x: Tensor, values: Tensor | None, reduce
                           "gather_arg": gather_arg, "schedule": None if schedule is None else schedule.seg_ptr})
 
 
+def _row_kernel(t: str, red: int, wmode: int, vec: int, cf: int, group: int, argmask: bool, track: bool,
+                full: bool) -> str:
+    """The row kernel's name; max/min (codes 2, 3) leave out the bound check when every tile is ``full``."""
+    unchecked = rt.cbool(full and red >= 2)
+    return f"gespmm_rows<{t}, {red}, {wmode}, {vec}, {cf}, {group}, {rt.cbool(argmask)}, {rt.cbool(track)}, {unchecked}>"
+
+
 @functools.cache
 def _names(t: str, red: int, wmode: int, vec: int, cf: int, group: int, argmask: bool, track: bool,
-           reduces: tuple[int, ...]) -> tuple[str, str, tuple[str, ...]]:
-    """(row kernel, combine kernel, family) names of one configuration; ``reduces``: the reduce codes that use
-    the same (VEC, CF, GROUP) at this width (the family's members)."""
-    name = f"gespmm_rows<{t}, {red}, {wmode}, {vec}, {cf}, {group}, {rt.cbool(argmask)}, {rt.cbool(track)}>"
-    return name, f"gespmm_combine<{t}, {red}, {rt.cbool(track)}>", _family(t, vec, cf, group, reduces)
+           full: bool) -> tuple[str, str, tuple[str, ...]]:
+    """(row kernel, combine kernel, family) names of one configuration."""
+    name = _row_kernel(t, red, wmode, vec, cf, group, argmask, track, full)
+    return name, f"gespmm_combine<{t}, {red}, {rt.cbool(track)}>", _family(t, vec, cf, group, full)
 
 
 @functools.cache
-def _family(t: str, vec: int, cf: int, group: int, reduces: tuple[int, ...]) -> tuple[str, ...]:
-    """Instances compiled together: every weight mode of the ``reduces`` sharing this configuration (max/min
-    with and without the argument), the argmask variant (a sum) and their combines."""
-    names = [f"gespmm_rows<{t}, {r}, {w}, {vec}, {cf}, {group}, false, {tr}>" for r in reduces for w in range(3)
-             for tr in (("false", "true") if r >= 2 else ("false",))]
-    if 0 in reduces:
-        names += [f"gespmm_rows<{t}, 0, {w}, {vec}, {cf}, {group}, true, false>" for w in range(3)]
-    return tuple(names + [f"gespmm_combine<{t}, {r}, {tr}>" for r in reduces for tr in ("false", "true")])
+def _family(t: str, vec: int, cf: int, group: int, full: bool) -> tuple[str, ...]:
+    """Instances compiled together: every reduce and weight mode at this configuration (max/min with and
+    without the argument), the argmask variant (a sum) and the combines."""
+    names = [_row_kernel(t, r, w, vec, cf, group, False, tr, full) for r in range(4) for w in range(3)
+             for tr in ((False, True) if r >= 2 else (False,))]
+    names += [_row_kernel(t, 0, w, vec, cf, group, True, False, full) for w in range(3)]
+    return tuple(names + [f"gespmm_combine<{t}, {r}, {tr}>" for r in range(4) for tr in ("false", "true")])
 
 
 def instances() -> list[str]:
@@ -275,11 +279,11 @@ def instances() -> list[str]:
         for red in range(4):
             for wmode in range(3):
                 for track in ("false", "true"):
-                    names.append(f"gespmm_rows<{t}, {red}, {wmode}, 1, 1, 8, false, {track}>")
-                    names.append(f"gespmm_rows<{t}, {red}, {wmode}, 2, 2, 32, false, {track}>")
+                    names.append(f"gespmm_rows<{t}, {red}, {wmode}, 1, 1, 8, false, {track}, false>")
+                    names.append(f"gespmm_rows<{t}, {red}, {wmode}, 2, 2, 32, false, {track}, {rt.cbool(red >= 2)}>")
             names.append(f"gespmm_combine<{t}, {red}, false>")
             names.append(f"gespmm_combine<{t}, {red}, true>")
-        names.append(f"gespmm_rows<{t}, 0, 1, 1, 2, 32, true, false>")
-        names.append(f"gespmm_rows<{t}, 0, 2, 1, 1, 16, true, false>")
-    names.append("gespmm_rows<float, 0, 1, 4, 1, 8, false, false>")  # a sum packing four rows per warp
+        names.append(f"gespmm_rows<{t}, 0, 1, 1, 2, 32, true, false, false>")
+        names.append(f"gespmm_rows<{t}, 0, 2, 1, 1, 16, true, false, false>")
+    names.append("gespmm_rows<float, 2, 1, 4, 1, 8, false, false, true>")  # a max packing four rows per warp
     return names

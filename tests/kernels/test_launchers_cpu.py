@@ -329,50 +329,43 @@ def test_dtp_counts_workers_per_block():
 
 
 @pytest.mark.parametrize(
-    "k, dtype, vec, reduce, expected",
+    "k, dtype, vec, expected",
     [
-        (7, torch.float32, None, "max", (1, 1, 8)),  # below a warp: several rows per warp, scalar loads
-        (32, torch.float32, None, "sum", (4, 1, 8)),  # a sum packs four rows per warp, a float4 per lane
-        (32, torch.float32, None, "max", (1, 1, 32)),  # mean/max/min: one row per warp
-        (64, torch.float32, None, "sum", (4, 1, 16)),
-        (64, torch.float32, None, "mean", (2, 1, 32)),
-        (41, torch.float32, None, "sum", (1, 2, 32)),  # odd K: scalar loads, two chunks per lane
-        (128, torch.float32, None, "sum", (4, 1, 32)),
-        (256, torch.float32, None, "min", (4, 1, 32)),  # two 128-column tiles rather than one of 256
-        (602, torch.float32, None, "sum", (2, 2, 32)),  # five tiles
-        (64, torch.float64, None, "sum", (2, 1, 32)),
-        (64, torch.float32, 1, "sum", (1, 2, 32)),  # the scalar twin
+        (7, torch.float32, None, (1, 1, 8)),  # below a warp: several rows per warp, scalar loads
+        (32, torch.float32, None, (4, 1, 8)),  # four rows per warp, a float4 per lane
+        (64, torch.float32, None, (4, 1, 16)),  # two rows per warp
+        (41, torch.float32, None, (1, 2, 32)),  # odd K: scalar loads, two chunks per lane
+        (128, torch.float32, None, (4, 1, 32)),
+        (256, torch.float32, None, (4, 1, 32)),  # two 128-column tiles rather than one of 256
+        (602, torch.float32, None, (2, 2, 32)),  # five tiles
+        (64, torch.float64, None, (2, 1, 32)),
+        (64, torch.float32, 1, (1, 2, 32)),  # the scalar twin
     ],
 )
-def test_gespmm_config(k, dtype, vec, reduce, expected):
+def test_gespmm_config(k, dtype, vec, expected):
     vec_, cf, group = expected
-    assert spmm.config(k, dtype, vec, reduce) == expected
+    assert spmm.config(k, dtype, vec) == expected
     assert group * vec_ * cf <= spmm.TILE
 
 
-@pytest.mark.parametrize("k", [7, 32, 64, 256])
-def test_gespmm_family_is_the_reduces_sharing_a_configuration(k):
-    """A plan compiles, in one NVRTC call, the instances of every reduce (and weight mode, argument tracking,
-    argmask variant) that use its (VEC, CF, GROUP), and none of a reduce that uses another: at K = 32 and 64 a
-    sum packs rows per warp and mean/max/min do not."""
+@pytest.mark.parametrize("k, full", [(7, False), (32, True), (41, False), (256, True), (602, False)])
+def test_gespmm_family_and_bound_check(k, full):
+    """Every plan at one width compiles the same family (all reduces, weight modes, argument tracking, the
+    argmask variant) in one NVRTC call, its own instance among them; max/min leave out the per-column bound
+    check exactly when every column tile is full, sum/mean never do."""
     rowptr, col = _csr()
-    plans = {}
+    plans = []
     for reduce in ("sum", "mean", "max", "min"):
         for wmode in range(3):
             for track in ((False, True) if reduce in ("max", "min") else (False,)):
-                plans[reduce, wmode, track, False] = spmm.GespmmPlan(rowptr, col, k=k, dtype=torch.float32,
-                                                                     reduce=reduce, wmode=wmode, track=track)
-        if reduce == "sum":
-            for wmode in range(3):
-                plans[reduce, wmode, False, True] = spmm.GespmmPlan(rowptr, col, k=k, dtype=torch.float32,
-                                                                    wmode=wmode, argmask=True)
-    for plan in plans.values():
-        same = {other.rows.name for other in plans.values()
-                if spmm.config(k, torch.float32, None, other.reduce) == spmm.config(k, torch.float32, None, plan.reduce)}
-        assert plan.rows.name in plan.rows.family
-        assert same == {name for name in plan.rows.family if name.startswith("gespmm_rows")}
-    packed = plans["sum", 1, False, False].rows.family
-    assert (len(packed) < len(plans["max", 1, False, False].rows.family)) == (k in (32, 64))
+                plans.append(spmm.GespmmPlan(rowptr, col, k=k, dtype=torch.float32, reduce=reduce, wmode=wmode,
+                                             track=track))
+    plans += [spmm.GespmmPlan(rowptr, col, k=k, dtype=torch.float32, wmode=w, argmask=True) for w in range(3)]
+    family = plans[0].rows.family
+    assert {p.rows.name for p in plans} == {n for n in family if n.startswith("gespmm_rows")}
+    for p in plans:
+        assert p.rows.family == family
+        assert p.rows.name.endswith(", true>") == (full and p.reduce in ("max", "min")), p.rows.name
 
 
 def test_plan_geometry_without_a_gpu():
@@ -382,8 +375,8 @@ def test_plan_geometry_without_a_gpu():
     rowptr, col = _csr()
     row = torch.tensor([0, 0, 1, 2, 2, 3])
     plan = hp_spmm.HpSpmmPlan(rowptr, row, col, k=100, dtype=torch.float32, reduce="mean", weighted=True, npw=8)
-    assert plan.kernel.name == "hp_spmm<float, true, true, 2, 2, 32>" and plan.kernel.shape[:3] == (1, 1, 1)
-    assert plan.align == 8
+    assert plan.kernel.name == "hp_spmm<float, true, true, 4, 1, 32>" and plan.kernel.shape[:3] == (1, 1, 1)
+    assert plan.align == 16
     small = hp_spmm.HpSpmmPlan(rowptr, row, col, k=7, dtype=torch.float64, npw=8)
     assert small.kernel.name == "hp_spmm<double, false, false, 1, 1, 8>" and small.align == 8
     twin = plan._scalar_twin()

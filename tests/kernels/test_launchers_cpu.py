@@ -409,3 +409,52 @@ def test_plan_geometry_without_a_gpu():
 def test_radix_sort_validation(args, kwargs, error, match):
     with pytest.raises(error, match=match):
         radix_sort.sort_by_key(*args, **kwargs)
+
+
+def test_driver_calls_bind_the_primary_context_only_when_another_is_current(monkeypatch):
+    """Launches and memsets (runtime._on_device) go straight to the driver when the thread's current context is
+    the device's primary one, and through _primary_context (which binds and remembers it) otherwise."""
+    import contextlib
+
+    from graphfuse.kernels import runtime as rt
+
+    current, entered, calls = [7], [], []
+    monkeypatch.setattr(rt, "_driver", lambda: SimpleNamespace(ctxGetCurrent=lambda: current[0]))
+    monkeypatch.setattr(rt, "_contexts", {0: 7})
+
+    @contextlib.contextmanager
+    def bind(index):
+        entered.append(index)
+        yield
+
+    monkeypatch.setattr(rt, "_primary_context", bind)
+    rt._on_device(0, lambda *args: calls.append(args), 1, 2)
+    assert calls == [(1, 2)] and entered == []
+    current[0] = 9  # another context is current on this thread
+    rt._on_device(0, lambda *args: calls.append(args), 3)
+    assert calls == [(1, 2), (3,)] and entered == [0]
+    rt._on_device(1, lambda *args: calls.append(args))  # a device not seen yet
+    assert calls[-1] == () and entered == [0, 1]
+
+
+def test_launch_and_zeros_reach_the_driver_with_their_arguments(monkeypatch):
+    """runtime._launch hands cuLaunchKernel (function, grid, block, shared memory, stream, packed parameter
+    block, no extras) and runtime.zeros hands cudaMemsetAsync (pointer, 0, bytes, stream), on the current
+    stream of the device."""
+    from graphfuse.kernels import runtime as rt
+
+    launched, memsets = [], []
+    driver = SimpleNamespace(ctxGetCurrent=lambda: 7, launchKernel=lambda *args: launched.append(args))
+    monkeypatch.setattr(rt, "_driver", lambda: driver)
+    monkeypatch.setattr(rt, "_contexts", {0: 7})
+    monkeypatch.setattr(rt, "_current_stream_ptr", lambda index: 1000 + index)
+    monkeypatch.setattr(rt, "_cupy", lambda: SimpleNamespace(
+        cuda=SimpleNamespace(runtime=SimpleNamespace(memsetAsync=lambda *args: memsets.append(args)))))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    rt._launch(55, 0, (3, 2, 1, 256, 1, 1, 0), (11, 12))
+    assert launched == [(55, 3, 2, 1, 256, 1, 1, 0, 1000, rt._args.address, 0)]
+    assert list(rt._args.values)[:2] == [11, 12]
+    out = rt.zeros((4, 3), torch.float32, torch.device("cpu"))
+    assert memsets == [(out.data_ptr(), 0, 48, 1000)]
+    rt.zeros((0, 3), torch.float32, torch.device("cpu"))
+    assert len(memsets) == 1  # nothing to zero

@@ -5,15 +5,14 @@
 // Work mapping: a worker of GROUP lanes (one warp, or fewer with several workers per warp for K <= 64; the rule
 // is GE-SpMM's spmm.config) owns NnzPerWarp consecutive entries (Dynamic Task Partition: the launcher picks
 // NnzPerWarp from the GPU's full-wave size) and a column tile of GROUP * VEC * CF columns (grid.y walks the
-// tiles). The worker loads GROUP (row, col, weight) triples with one coalesced access and
-// broadcasts them with shuffles; every lane accumulates VEC-wide vectors (Hierarchical Vectorized Memory Access:
-// the widest vector K and the pointers allow) of CF column chunks in registers while the row stays the same: the
-// GROUP entries split into runs of one row (a ballot of the lanes whose row differs from their predecessor's),
-// and each run is a branch-free, unrolled loop with several gathers in flight. At a row switch the worker
-// flushes: a row that lies wholly inside the worker's entries is stored (no other worker touches it), a row cut
-// by a worker boundary is added atomically into the zeroed output. Empty rows keep the zeros. Mean scales each
-// flush by 1 / degree. Rows shared by two workers make the result run-to-run nondeterministic in the last bits
-// (atomics), as in GAS.
+// tiles). The worker loads GROUP (row, col, weight) triples with one coalesced access and broadcasts them with
+// shuffles; every lane accumulates VEC-wide vectors (Hierarchical Vectorized Memory Access: the widest vector K
+// and the pointers allow) of CF column chunks in registers while the row stays the same: the GROUP entries split
+// into runs of one row (a ballot of the lanes whose row differs from their predecessor's), and each run is a
+// branch-free, unrolled loop with several gathers in flight. At a row switch the worker flushes: a row that lies
+// wholly inside the worker's entries is stored (no other worker touches it), a row cut by a worker boundary is
+// added atomically into the zeroed output. Empty rows keep the zeros. Mean scales each flush by 1 / degree. Rows
+// shared by two workers make the result run-to-run nondeterministic in the last bits (atomics), as in GAS.
 #include "common.cuh"
 
 template <typename T, int VEC, int CF>

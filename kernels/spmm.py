@@ -112,10 +112,10 @@ class GespmmPlan(rt.Plan):
         vec_, cf, group = config(k, dtype, vec)
         self.align = vec_ * rt.itemsize(dtype)
         num_segs = self.num_rows if schedule is None else schedule.seg_row.numel()
-        full = k % (group * vec_ * cf) == 0  # every column tile full: max/min run without the bound check
+        tile = group * vec_ * cf
         name, combine, family = _names(rt.ctype(dtype), rt.REDUCE_CODES[reduce], wmode, vec_, cf, group, argmask,
-                                       track, full)
-        grid = (-(-num_segs // (rt.BLOCK // group)), -(-k // (group * vec_ * cf)))
+                                       track, full=k % tile == 0)  # every tile full: max/min skip the bound check
+        grid = (-(-num_segs // (rt.BLOCK // group)), -(-k // tile))
         self.rows = rt.Kernel(FILE, name, self.device, grid, (rt.BLOCK,), family=family)
         seg_ptr = rowptr if schedule is None else schedule.seg_ptr
         self.structure = (rt.ptr(seg_ptr), rt.ptr(None if schedule is None else schedule.seg_row),

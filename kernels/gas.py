@@ -79,7 +79,7 @@ def gas_forward(
         raise ValueError(f"{op}: self loops need x with at least num_dst={num_dst} rows; got {x.size(0)}")
     wmode, c = _common(op, src, dst, x, values, heads, self_weight, num_self)
     k = x.size(1)
-    out = rt.zeros((num_dst, k), x.dtype, x.device)
+    out = torch.zeros(num_dst, k, dtype=x.dtype, device=x.device)
     total = src.numel() + num_self
     if total == 0 or k == 0:
         return out
@@ -127,10 +127,10 @@ def gas_backward(
         rt.check_devices(op, {"grad": grad, "x": x})
     wmode, c = _common(op, src, dst, grad, values, heads, self_weight, num_self)
     e = src.numel()
-    dx = rt.zeros((num_src, k), grad.dtype, grad.device) if need_dx else None
+    dx = torch.zeros(num_src, k, dtype=grad.dtype, device=grad.device) if need_dx else None
     dw = None
     if need_dw:
-        dw = rt.zeros((e,) if heads == 1 else (e, heads), grad.dtype, grad.device)
+        dw = torch.zeros((e,) if heads == 1 else (e, heads), dtype=grad.dtype, device=grad.device)
     total = e + (num_self if need_dx else 0)
     if total == 0 or k == 0:
         return dx, dw

@@ -19,7 +19,7 @@ import functools
 import re
 import struct
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -216,31 +216,15 @@ def _launch_shape(name: str, grid: Sequence[int], block: Sequence[int], shared_m
 
 def _launch(fn: int, index: int, shape: tuple, args: Sequence[int | float]) -> None:
     """``cuLaunchKernel`` of the CUfunction ``fn`` on PyTorch's current stream of device ``index``: the
-    arguments packed into the thread's parameter block, no CuPy argument conversion or stream object on the
-    way."""
-    _on_device(index, _driver().launchKernel, fn, *shape, _current_stream_ptr(index), _pack(args), 0)
-
-
-def zeros(shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> Tensor:
-    """``torch.zeros`` by one ``cudaMemsetAsync`` on PyTorch's current stream (the output of an atomic kernel).
-    PyTorch's zeros launches a fill kernel through its dispatcher: several microseconds more host time per call,
-    which a small graph pays."""
-    out = torch.empty(shape, dtype=dtype, device=device)
-    size = out.numel() * out.element_size()
-    if size:
-        index = device_index(out.device)
-        _on_device(index, _cupy().cuda.runtime.memsetAsync, out.data_ptr(), 0, size, _current_stream_ptr(index))
-    return out
-
-
-def _on_device(index: int, call: Callable[..., object], *args: Any) -> None:
-    """``call(*args)`` (a driver or runtime call) with device ``index``'s primary context current: straight
-    away when the thread is on it (one ``cuCtxGetCurrent``), else inside :func:`_primary_context`."""
-    if _driver().ctxGetCurrent() == _contexts.get(index):
-        call(*args)
+    arguments packed into the thread's parameter block, no CuPy argument conversion, stream object or device
+    context manager on the way (unless the thread is not on the device's primary context)."""
+    params = _pack(args)
+    driver = _driver()
+    if driver.ctxGetCurrent() == _contexts.get(index):
+        driver.launchKernel(fn, *shape, _current_stream_ptr(index), params, 0)
         return
     with _primary_context(index):
-        call(*args)
+        driver.launchKernel(fn, *shape, _current_stream_ptr(index), params, 0)
 
 
 @contextlib.contextmanager

@@ -206,9 +206,7 @@ def fake_driver(monkeypatch):
     monkeypatch.setattr(runtime, "get_function", get_function)
     monkeypatch.setattr(runtime, "_current_stream_ptr", lambda index: 50 + index)
     monkeypatch.setitem(runtime._contexts, 3, 7)
-    driver.compiled, driver.memsets = compiled, []
-    memset = SimpleNamespace(memsetAsync=lambda *args: driver.memsets.append(args))
-    monkeypatch.setattr(runtime, "_cupy", lambda: SimpleNamespace(cuda=SimpleNamespace(runtime=memset)))
+    driver.compiled = compiled
     return driver
 
 
@@ -241,17 +239,6 @@ def test_empty_grids_launch_nothing_and_oversized_grids_are_refused(fake_driver)
         runtime.Kernel("spmm.cu", "k<float>", device, (1, 65536), (256,))
     with pytest.raises(ValueError, match=r"g: launch grid \(2147483648,\) exceeds the CUDA limits"):
         runtime.launch("gar.cu", "g", device, (2**31,), (256,), ())
-
-
-def test_zeros_is_one_memset_on_the_current_stream(fake_driver, monkeypatch):
-    from graphfuse.kernels import runtime
-
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)  # CPU tensors stand in for device 3's
-    out = runtime.zeros((5, 7), torch.float64, torch.device("cpu"))
-    assert out.shape == (5, 7) and out.dtype == torch.float64
-    assert fake_driver.memsets == [(out.data_ptr(), 0, 5 * 7 * 8, 53)]
-    assert runtime.zeros((0, 7), torch.float32, torch.device("cpu")).shape == (0, 7)
-    assert len(fake_driver.memsets) == 1  # nothing to zero, no call
 
 
 def test_hp_sddmm_validation():
@@ -411,16 +398,19 @@ def test_radix_sort_validation(args, kwargs, error, match):
         radix_sort.sort_by_key(*args, **kwargs)
 
 
-def test_driver_calls_bind_the_primary_context_only_when_another_is_current(monkeypatch):
-    """Launches and memsets (runtime._on_device) go straight to the driver when the thread's current context is
-    the device's primary one, and through _primary_context (which binds and remembers it) otherwise."""
+def test_launch_binds_the_primary_context_only_when_another_is_current(monkeypatch):
+    """runtime._launch hands cuLaunchKernel (function, grid, block, shared memory, stream, packed parameter
+    block, no extras) on the device's current stream: straight away when the thread's current context is the
+    device's primary one, through _primary_context (which binds and remembers it) otherwise."""
     import contextlib
 
     from graphfuse.kernels import runtime as rt
 
-    current, entered, calls = [7], [], []
-    monkeypatch.setattr(rt, "_driver", lambda: SimpleNamespace(ctxGetCurrent=lambda: current[0]))
+    current, entered, launched = [7], [], []
+    driver = SimpleNamespace(ctxGetCurrent=lambda: current[0], launchKernel=lambda *args: launched.append(args))
+    monkeypatch.setattr(rt, "_driver", lambda: driver)
     monkeypatch.setattr(rt, "_contexts", {0: 7})
+    monkeypatch.setattr(rt, "_current_stream_ptr", lambda index: 1000 + index)
 
     @contextlib.contextmanager
     def bind(index):
@@ -428,33 +418,11 @@ def test_driver_calls_bind_the_primary_context_only_when_another_is_current(monk
         yield
 
     monkeypatch.setattr(rt, "_primary_context", bind)
-    rt._on_device(0, lambda *args: calls.append(args), 1, 2)
-    assert calls == [(1, 2)] and entered == []
-    current[0] = 9  # another context is current on this thread
-    rt._on_device(0, lambda *args: calls.append(args), 3)
-    assert calls == [(1, 2), (3,)] and entered == [0]
-    rt._on_device(1, lambda *args: calls.append(args))  # a device not seen yet
-    assert calls[-1] == () and entered == [0, 1]
-
-
-def test_launch_and_zeros_reach_the_driver_with_their_arguments(monkeypatch):
-    """runtime._launch hands cuLaunchKernel (function, grid, block, shared memory, stream, packed parameter
-    block, no extras) and runtime.zeros hands cudaMemsetAsync (pointer, 0, bytes, stream), on the current
-    stream of the device."""
-    from graphfuse.kernels import runtime as rt
-
-    launched, memsets = [], []
-    driver = SimpleNamespace(ctxGetCurrent=lambda: 7, launchKernel=lambda *args: launched.append(args))
-    monkeypatch.setattr(rt, "_driver", lambda: driver)
-    monkeypatch.setattr(rt, "_contexts", {0: 7})
-    monkeypatch.setattr(rt, "_current_stream_ptr", lambda index: 1000 + index)
-    monkeypatch.setattr(rt, "_cupy", lambda: SimpleNamespace(
-        cuda=SimpleNamespace(runtime=SimpleNamespace(memsetAsync=lambda *args: memsets.append(args)))))
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     rt._launch(55, 0, (3, 2, 1, 256, 1, 1, 0), (11, 12))
-    assert launched == [(55, 3, 2, 1, 256, 1, 1, 0, 1000, rt._args.address, 0)]
+    assert launched == [(55, 3, 2, 1, 256, 1, 1, 0, 1000, rt._args.address, 0)] and entered == []
     assert list(rt._args.values)[:2] == [11, 12]
-    out = rt.zeros((4, 3), torch.float32, torch.device("cpu"))
-    assert memsets == [(out.data_ptr(), 0, 48, 1000)]
-    rt.zeros((0, 3), torch.float32, torch.device("cpu"))
-    assert len(memsets) == 1  # nothing to zero
+    current[0] = 9  # another context is current on this thread
+    rt._launch(56, 0, (1, 1, 1, 32, 1, 1, 0), (13,))
+    assert launched[-1] == (56, 1, 1, 1, 32, 1, 1, 0, 1000, rt._args.address, 0) and entered == [0]
+    rt._launch(57, 1, (1, 1, 1, 32, 1, 1, 0), ())  # a device not seen yet
+    assert launched[-1][0] == 57 and launched[-1][8] == 1001 and entered == [0, 1]

@@ -46,6 +46,8 @@ def gcn_norm(graph: Graph, *, add_self_loops: bool = True, improved: bool = Fals
     Returns:
         A new graph whose ``edge_weight`` is ``deg^-1/2[src] · w · deg^-1/2[dst]`` (0 for zero degrees).
     """
+    if graph.is_bipartite:
+        raise ValueError(f"gcn_norm: graph must be square (num_src == num_dst); got {graph}")
     if add_self_loops:
         graph = add_remaining_self_loops(graph, 2.0 if improved else 1.0)
     src, dst = graph.edge_index

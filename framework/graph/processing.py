@@ -56,6 +56,11 @@ def _fused(op: str, graph: Graph, backend: str | None) -> Stage | None:
         raise ValueError(f"{op}: backend must be one of {list(STAGE_BACKENDS)}; got {backend!r}")
     if backend == "reference":
         return None
+    if _learned(graph):  # the fused kernels compute new weights outside autograd: no gradient would reach them
+        if backend == "fused":
+            raise ValueError(f"{op}: the fused stage does not differentiate edge weights, and graph.edge_weight "
+                             "requires grad; use backend='reference' or 'auto'")
+        return None
     stage = _STAGES.get(graph.device.type)
     if stage is not None and stage.is_available():
         return stage
@@ -63,6 +68,18 @@ def _fused(op: str, graph: Graph, backend: str | None) -> Stage | None:
         raise ValueError(f"{op}: no fused graph-processing stage runs on {graph.device.type} graphs here "
                          "(the CUDA stage needs CuPy and a GPU); use backend='reference' or 'auto'")
     return None
+
+
+def _learned(graph: Graph) -> bool:
+    """Whether ``graph``'s edge weights need a gradient (learnable weights): then processing runs the
+    differentiable reference and its result is not cached (the weights change every step)."""
+    return graph.edge_weight is not None and graph.edge_weight.requires_grad
+
+
+def _cached(graph: Graph, key: tuple, build: Callable[[], Graph]) -> Graph:
+    """``graph.cached(key, build)``, or a fresh ``build()`` when the edge weights are learned (a cached result
+    would keep stale weights and a freed autograd graph)."""
+    return build() if _learned(graph) else graph.cached(key, build)
 
 
 def _check_graph(op: str, graph: object) -> None:
@@ -109,8 +126,10 @@ def process_graph(
         raise ValueError(f"process_graph: norm must be one of {list(NORMS)}; got {norm!r}")
     if self_loops and graph.is_bipartite:
         raise ValueError(f"process_graph: self-loops need a square graph; got {graph}")
+    if norm == "gcn" and graph.is_bipartite:
+        raise ValueError(f"process_graph: norm='gcn' needs a square graph; got {graph}")
     stage = _fused("process_graph", graph, backend)
-    if stage is not None and not (norm == "gcn" and graph.is_bipartite):
+    if stage is not None:
         return stage.run(graph, self_loops, float(fill_value), norm)
     out = _reference(graph, self_loops, fill_value, norm)
     out.csr, out.csc, out.csr_to_csc  # noqa: B018 - build the cached formats
@@ -130,8 +149,10 @@ def gcn_norm(graph: Graph, *, add_self_loops: bool = True, improved: bool = Fals
     The fused stage on CUDA, the reference elsewhere; not cached (see :func:`process_gcn`).
     """
     _check_graph("gcn_norm", graph)
+    if graph.is_bipartite:
+        raise ValueError(f"gcn_norm: graph must be square (num_src == num_dst); got {graph}")
     stage = _fused("gcn_norm", graph, backend)
-    if stage is None or graph.is_bipartite:
+    if stage is None:
         return reference.gcn_norm(graph, add_self_loops=add_self_loops, improved=improved)
     return stage.run(graph, add_self_loops, 2.0 if improved else 1.0, "gcn")
 
@@ -156,9 +177,10 @@ def mean_norm(graph: Graph, *, backend: str | None = None) -> Graph:
 
 def process_gcn(graph: Graph, *, add_self_loops: bool = True, improved: bool = False,
                 backend: str | None = None) -> Graph:
-    """:func:`gcn_norm`, cached on ``graph`` under ``("gcn_norm", add_self_loops, improved)`` (GCNConv's key)."""
-    return graph.cached(("gcn_norm", add_self_loops, improved),
-                        lambda: gcn_norm(graph, add_self_loops=add_self_loops, improved=improved, backend=backend))
+    """:func:`gcn_norm`, cached on ``graph`` under ``("gcn_norm", add_self_loops, improved)`` (GCNConv's key;
+    not cached for learned edge weights)."""
+    return _cached(graph, ("gcn_norm", add_self_loops, improved),
+                   lambda: gcn_norm(graph, add_self_loops=add_self_loops, improved=improved, backend=backend))
 
 
 def process_gat(graph: Graph, *, add_self_loops: bool = True, backend: str | None = None) -> Graph:
@@ -166,10 +188,10 @@ def process_gat(graph: Graph, *, add_self_loops: bool = True, backend: str | Non
     GATConv's key) with its formats built; ``graph`` itself (formats built) without self-loops."""
     if not add_self_loops:
         return build_formats(graph, backend=backend)
-    return graph.cached(("add_remaining_self_loops", 1.0),
-                        lambda: add_remaining_self_loops(graph, 1.0, backend=backend))
+    return _cached(graph, ("add_remaining_self_loops", 1.0),
+                   lambda: add_remaining_self_loops(graph, 1.0, backend=backend))
 
 
 def process_mean(graph: Graph, *, backend: str | None = None) -> Graph:
-    """:func:`mean_norm`, cached on ``graph`` under ``("mean_norm",)``."""
-    return graph.cached(("mean_norm",), lambda: mean_norm(graph, backend=backend))
+    """:func:`mean_norm`, cached on ``graph`` under ``("mean_norm",)`` (not for learned edge weights)."""
+    return _cached(graph, ("mean_norm",), lambda: mean_norm(graph, backend=backend))

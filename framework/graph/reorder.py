@@ -80,6 +80,9 @@ def permute_nodes(graph: Graph, order: Tensor) -> Graph:
         raise ValueError(f"permute_nodes: order must be an int64 tensor of shape ({n},); got "
                          f"{getattr(order, 'dtype', type(order).__name__)} {tuple(getattr(order, 'shape', ()))}")
     order = order.to(graph.device)
+    if n and (int(order.min()) < 0 or int(order.max()) >= n):
+        raise ValueError(f"permute_nodes: order must be a permutation of [0, N={n}); got values in "
+                         f"[{int(order.min())}, {int(order.max())}]")
     inverse = torch.full((n,), -1, dtype=torch.int64, device=graph.device)
     inverse[order] = torch.arange(n, device=graph.device)
     if n and int(inverse.min()) < 0:

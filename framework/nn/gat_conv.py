@@ -6,7 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from graphfuse.engine import gat_aggregate, gat_scores
-from graphfuse.graph import Graph, add_remaining_self_loops
+from graphfuse.graph import Graph, process_gat
 from graphfuse.nn.inits import glorot_
 from graphfuse.nn.inputs import GraphLike, as_graph, check_features
 
@@ -80,10 +80,8 @@ class GATConv(nn.Module):
             nn.init.zeros_(self.bias)
 
     def with_self_loops(self, graph: Graph) -> Graph:
-        """``graph`` with exactly one self-loop per node, cached on ``graph``."""
-        if not self.add_self_loops:
-            return graph
-        return graph.cached(("add_remaining_self_loops", 1.0), lambda: add_remaining_self_loops(graph, 1.0))
+        """``graph`` with exactly one self-loop per node, cached on ``graph`` (see :func:`graphfuse.graph.process_gat`)."""
+        return process_gat(graph) if self.add_self_loops else graph
 
     def forward(self, x: Tensor, graph: GraphLike) -> Tensor:
         check_features("GATConv", x, self.in_channels)

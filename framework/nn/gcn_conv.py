@@ -7,7 +7,7 @@ import torch
 from torch import Tensor, nn
 
 from graphfuse.engine import aggregate
-from graphfuse.graph import Graph, gcn_norm
+from graphfuse.graph import Graph, process_gcn
 from graphfuse.nn.inits import glorot_
 from graphfuse.nn.inputs import GraphLike, as_graph, check_features
 
@@ -19,7 +19,8 @@ class GCNConv(nn.Module):
     width), then :func:`graphfuse.aggregate` sums the normalised neighbours. The normalised graph comes from
     :func:`graphfuse.gcn_norm` and is cached on the :class:`~graphfuse.Graph` under
     ``("gcn_norm", add_self_loops, improved)``, so full-graph training builds it once; an edge_index input is
-    wrapped in a fresh Graph (and normalised) on every call. Matches ``torch_geometric.nn.GCNConv``.
+    wrapped in a fresh Graph (and normalised) on every call, and so are learned edge weights (a Graph whose
+    ``edge_weight`` requires grad), whose gradient flows through the normalisation. Matches ``torch_geometric.nn.GCNConv``.
 
     Args:
         in_channels: input width F.
@@ -59,16 +60,19 @@ class GCNConv(nn.Module):
         if self.bias is not None:
             nn.init.zeros_(self.bias)
 
-    def normalized(self, graph: Graph) -> Graph:
-        """``graph`` with GCN edge weights ``deg^-1/2[src] · w · deg^-1/2[dst]``, cached on ``graph``."""
-        return graph.cached(
-            ("gcn_norm", self.add_self_loops, self.improved),
-            lambda: gcn_norm(graph, add_self_loops=self.add_self_loops, improved=self.improved),
-        )
+    def normalized(self, graph: Graph, dtype: torch.dtype | None = None) -> Graph:
+        """``graph`` with GCN edge weights ``deg^-1/2[src] · w · deg^-1/2[dst]``, cached on ``graph`` (rebuilt per
+        call when the edge weights are learned). ``dtype``: of the weights of an unweighted graph (the features'
+        dtype; None: torch's default), so that a float64 model is normalised in float64."""
+        if graph.edge_weight is None and dtype is not None and dtype != torch.get_default_dtype():
+            graph = graph.cached(("unit_weights", dtype), lambda: Graph(
+                graph.edge_index, num_src=graph.num_src, num_dst=graph.num_dst, validate=False,
+                edge_weight=torch.ones(graph.num_edges, dtype=dtype, device=graph.device)))
+        return process_gcn(graph, add_self_loops=self.add_self_loops, improved=self.improved)
 
     def forward(self, x: Tensor, graph: GraphLike) -> Tensor:
         check_features("GCNConv", x, self.in_channels)
-        graph = self.normalized(as_graph("GCNConv", x, graph, square=True))
+        graph = self.normalized(as_graph("GCNConv", x, graph, square=True), x.dtype)
         out = aggregate(graph, self.lin(x), reduce="sum", backend=self.backend)
         return out if self.bias is None else out + self.bias
 

@@ -53,6 +53,26 @@ def test_bipartite_conversion_and_mean():
     assert processing.build_formats(g) is g
     with pytest.raises(ValueError, match="process_graph: self-loops need a square graph"):
         processing.process_graph(g, self_loops=True)
+    with pytest.raises(ValueError, match="process_graph: norm='gcn' needs a square graph"):
+        processing.process_graph(g, norm="gcn")
+    for gcn_norm in (graphfuse.gcn_norm, norm.gcn_norm):  # not degrees of targets indexed by source ids
+        with pytest.raises(ValueError, match=r"gcn_norm: graph must be square \(num_src == num_dst\)"):
+            gcn_norm(g, add_self_loops=False)
+
+
+def test_learned_edge_weights_are_processed_by_the_differentiable_reference_uncached():
+    g = processing_graph("duplicates_loops", True)
+    w = g.edge_weight.clone().requires_grad_()
+    learned = Graph(g.edge_index, num_nodes=g.num_nodes, edge_weight=w)
+    first = processing.process_gcn(learned)
+    assert processing.process_gcn(learned) is not first  # the weights change every step: never cached
+    assert_same_graph(first, norm.gcn_norm(g))
+    first.edge_weight.sum().backward()
+    assert w.grad is not None and w.grad.abs().sum() > 0
+    assert processing.process_gat(learned) is not processing.process_gat(learned)
+    assert processing.process_mean(learned) is not processing.process_mean(learned)
+    with pytest.raises(ValueError, match="process_graph: the fused stage does not differentiate edge weights"):
+        processing.process_graph(learned, norm="gcn", backend="fused")
 
 
 def test_caching_policy_full_graph_once_batches_on_the_fly():

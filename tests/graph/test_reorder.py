@@ -56,6 +56,11 @@ def test_bad_arguments():
     g = interleaved_cliques()
     with pytest.raises(ValueError, match="permute_nodes: order must be a permutation"):
         permute_nodes(g, torch.zeros(12, dtype=torch.int64))
+    for bad in (12, -1):  # out of range (-1 would have wrapped around to node 11)
+        order = torch.arange(12)
+        order[3] = bad
+        with pytest.raises(ValueError, match=r"permute_nodes: order must be a permutation of \[0, N=12\)"):
+            permute_nodes(g, order)
     with pytest.raises(ValueError, match=r"permute_nodes: order must be an int64 tensor of shape \(12,\)"):
         permute_nodes(g, torch.arange(11))
     with pytest.raises(ValueError, match="cluster_labels: iterations must be an int"):

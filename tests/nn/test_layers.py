@@ -7,7 +7,7 @@ import torch
 import torch_geometric.nn as pyg_nn
 
 import graphfuse
-import graphfuse.nn.gcn_conv as gcn_conv_module
+import graphfuse.graph.processing as processing
 from cases import TOLERANCES, make_graph_case
 from graphfuse.nn import GATConv, GCNConv, SAGEConv
 
@@ -150,13 +150,13 @@ def test_gat_output_shapes(gat_heads):
 
 def test_gcn_norm_is_built_once_per_graph(monkeypatch):
     calls = []
-    real = gcn_conv_module.gcn_norm
+    real = processing.gcn_norm
 
     def counting(*args, **kwargs):
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(gcn_conv_module, "gcn_norm", counting)
+    monkeypatch.setattr(processing, "gcn_norm", counting)
     graph = make_graph_case("duplicates")
     conv = GCNConv(IN, OUT)
     x = torch.randn(graph.num_nodes, IN)
@@ -236,3 +236,36 @@ def test_glorot_init_bounds_like_pyg():
     assert conv.lin.weight.abs().max() <= (6 / (40 + 30)) ** 0.5
     assert conv.att_src.abs().max() > 0.5 * (6 / (3 + 10)) ** 0.5
     assert torch.count_nonzero(conv.bias) == 0
+
+
+def test_gcn_trains_learned_edge_weights_like_pyg():
+    """Edge weights that require grad: normalised per call (never cached with a stale autograd graph), and their
+    gradient flows through the normalisation as in PyG, over several optimiser steps."""
+    graph = _graph("weighted")
+    torch.manual_seed(0)
+    conv, ref = GCNConv(IN, OUT), pyg_nn.GCNConv(IN, OUT)
+    ref.lin.weight.data.copy_(conv.lin.weight.data)
+    ref.bias.data.copy_(conv.bias.data)
+    x = torch.randn(graph.num_nodes, IN)
+    w = torch.nn.Parameter(graph.edge_weight.clone())
+    w_ref = torch.nn.Parameter(graph.edge_weight.clone())
+    learned = graphfuse.Graph(graph.edge_index, num_nodes=graph.num_nodes, edge_weight=w)
+    opt, opt_ref = torch.optim.SGD([w], lr=0.05), torch.optim.SGD([w_ref], lr=0.05)
+    for _ in range(3):
+        out, expected = conv(x, learned), ref(x, graph.edge_index, w_ref)
+        torch.testing.assert_close(out, expected, **TOL)
+        out.square().mean().backward()
+        expected.square().mean().backward()
+        torch.testing.assert_close(w.grad, w_ref.grad, **TOL)
+        assert w.grad.abs().sum() > 0
+        for o in (opt, opt_ref):
+            o.step()
+            o.zero_grad()
+
+
+def test_gcn_float64_on_an_unweighted_graph_is_normalised_in_float64():
+    graph = make_graph_case("duplicates")
+    conv, ref = GCNConv(IN, OUT).double(), pyg_nn.GCNConv(IN, OUT).double()
+    ref.lin.weight.data.copy_(conv.lin.weight.data)
+    x = torch.randn(graph.num_nodes, IN, dtype=torch.float64)
+    torch.testing.assert_close(conv(x, graph), ref(x, graph.edge_index), rtol=1e-13, atol=1e-13)

@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
 from graphfuse.data import NodeDataset, dataset_options, default_root, load_dataset
+from graphfuse.engine import registered_backends
 from graphfuse.graph import Graph
 from graphfuse.nn import GAT, GCN, MODELS
 from graphfuse.trainers.config import SAINT_PARAMS, ConfigError
@@ -100,9 +101,13 @@ def build_model(cfg: DictConfig, in_channels: int, out_channels: int) -> nn.Modu
         ConfigError: unknown model name, or hyper-parameters the model rejects.
     """
     kwargs = model_kwargs(cfg)
+    backends = ("auto", *registered_backends())
+    if cfg.backend not in backends:
+        raise ConfigError(f"invalid value for 'model.backend': {cfg.backend!r}; valid backends are: "
+                          f"{', '.join(backends)}.")
     try:
         return MODEL_BUILDERS[cfg.name](in_channels, cfg.hidden, out_channels, **kwargs)
-    except (ValueError, TypeError) as error:
+    except (ValueError, TypeError, RuntimeError) as error:
         raise ConfigError(f"cannot build model '{cfg.name}' from the model section: {error}.") from None
 
 

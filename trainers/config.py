@@ -15,6 +15,7 @@ Only trainers/ sees this config; trainers/build.py turns each section into plain
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,9 +83,9 @@ class TrainerConfig:
     """Lightning Trainer settings plus early stopping, resume and progress display.
 
     ``patience`` is the number of epochs without a better ``val/acc`` before stopping; 0 or None turns early
-    stopping off; it counts validation checks, which run every ``check_val_every_n_epoch`` epochs (the
-    checkpoints, ``last.ckpt`` included, are written at those epochs). ``resume`` continues from
-    ``<output_dir>/checkpoints/last.ckpt``.
+    stopping off; it counts validation checks, which run every ``check_val_every_n_epoch`` epochs (the best
+    checkpoint is chosen at those epochs; ``last.ckpt`` is written after every epoch). ``resume`` continues from
+    ``<output_dir>/checkpoints/last.ckpt`` (with this run's ``patience`` and ``max_epochs``).
     """
 
     max_epochs: int = 200
@@ -315,6 +316,21 @@ def _validate(cfg: DictConfig) -> None:
             raise ConfigError(f"invalid value for 'trainer.{key}': {cfg.trainer[key]}; it must be >= 1.")
     if cfg.trainer.patience is not None and cfg.trainer.patience < 0:
         raise ConfigError(f"invalid value for 'trainer.patience': {cfg.trainer.patience}; use 0 or null for off.")
+    if cfg.trainer.devices != 1:
+        raise ConfigError(f"invalid value for 'trainer.devices': {cfg.trainer.devices}; runs train on one device "
+                          "(several would each train the whole graph and write the same run directory).")
+    if cfg.trainer.check_val_every_n_epoch > cfg.trainer.max_epochs:
+        raise ConfigError(
+            f"invalid value for 'trainer.check_val_every_n_epoch': {cfg.trainer.check_val_every_n_epoch} is more "
+            f"than trainer.max_epochs={cfg.trainer.max_epochs}: no epoch would be validated (nor checkpointed as best)."
+        )
+    for key in ("lr", "weight_decay"):
+        if not math.isfinite(cfg.optim[key]) or cfg.optim[key] < 0:
+            raise ConfigError(f"invalid value for 'optim.{key}': {cfg.optim[key]}; it must be finite and >= 0.")
+    if cfg.model.hidden < 1:
+        raise ConfigError(f"invalid value for 'model.hidden': {cfg.model.hidden}; it must be >= 1.")
+    if not 0 <= cfg.seed < 2**32:
+        raise ConfigError(f"invalid value for 'seed': {cfg.seed}; it must be in [0, 2**32).")
     _validate_sampler(cfg)
 
 

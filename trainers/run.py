@@ -48,9 +48,11 @@ class EpochPrinter(Callback):
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         metrics = trainer.callback_metrics
+        validated = (trainer.current_epoch + 1) % (trainer.check_val_every_n_epoch or 1) == 0
 
-        def value(key: str) -> str:
-            return f"{float(metrics[key]):.4f}" if key in metrics else "-"
+        def value(key: str) -> str:  # val/* only at the epochs that ran validation (else an earlier epoch's)
+            fresh = validated or not key.startswith("val/")
+            return f"{float(metrics[key]):.4f}" if fresh and key in metrics else "-"
 
         seconds = getattr(pl_module, "last_epoch_time", float("nan"))
         print(
@@ -59,6 +61,21 @@ class EpochPrinter(Callback):
             file=self.stream or sys.stdout,
             flush=True,
         )
+
+
+class _EarlyStopping(EarlyStopping):
+    """Lightning's EarlyStopping, except that a resumed run keeps its own ``patience`` (Lightning restores the
+    checkpoint's over it) and starts with no stop recorded; the count of checks without improvement carries
+    over. Its state key is EarlyStopping's, so checkpoints written by either resume into the other."""
+
+    @property
+    def state_key(self) -> str:
+        return "EarlyStopping" + repr({"monitor": self.monitor, "mode": self.mode})
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        patience = self.patience
+        super().load_state_dict(state_dict)
+        self.patience, self.stopped_epoch = patience, 0
 
 
 def _loggers(cfg: DictConfig, out: Path, resolved: dict[str, Any]) -> list[Logger]:
@@ -99,6 +116,12 @@ def _prepare_checkpoints(cfg: DictConfig, ckpt_dir: Path) -> Path | None:
             raise ConfigError(
                 f"trainer.resume=true but there is no checkpoint to resume from at {last}; run once without "
                 f"trainer.resume (or point output_dir= at the run to continue)."
+            )
+        done = torch.load(last, map_location="cpu", weights_only=False)["epoch"]
+        if done > cfg.trainer.max_epochs:  # Lightning's own test, which would raise only after the run began
+            raise ConfigError(
+                f"trainer.resume=true: {last} was saved at epoch {done} (counting from 0), past trainer.max_epochs="
+                f"{cfg.trainer.max_epochs}; raise trainer.max_epochs to continue that run."
             )
         return last
     if ckpt_dir.is_dir() and any(ckpt_dir.iterdir()):
@@ -163,17 +186,18 @@ def train(cfg: DictConfig, *, verbose: bool = True) -> dict[str, Any]:
     start = time.perf_counter()
     out = resolved_output_dir(cfg).resolve()
     ckpt_dir = out / "checkpoints"
-    resume_from = _prepare_checkpoints(cfg, ckpt_dir)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     resolved["output_dir"] = str(out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.yaml").write_text(OmegaConf.to_yaml(resolved))
-    (out / "metrics.json").unlink(missing_ok=True)
 
+    # best-*.ckpt: the best val/acc (trainer.test's ckpt_path="best" reads the first ModelCheckpoint);
+    # last.ckpt: every epoch, what resume reads (save_last=True on the first one would write it only when the
+    # best improves)
     checkpoint = ModelCheckpoint(dirpath=str(ckpt_dir), filename="best-{epoch:03d}", monitor=MONITOR, mode="max",
-                                 save_top_k=1, save_last=True, auto_insert_metric_name=True)
-    callbacks: list[Callback] = [checkpoint]
-    stopper = EarlyStopping(monitor=MONITOR, mode="max", patience=cfg.trainer.patience or 1)
+                                 save_top_k=1, auto_insert_metric_name=True)
+    last = ModelCheckpoint(dirpath=str(ckpt_dir), filename="last", save_top_k=1, save_on_train_epoch_end=True,
+                           enable_version_counter=False)
+    callbacks: list[Callback] = [checkpoint, last]
+    stopper = _EarlyStopping(monitor=MONITOR, mode="max", patience=cfg.trainer.patience or 1)
     if cfg.trainer.patience:
         callbacks.append(stopper)
     use_bar = verbose and cfg.trainer.progress_bar and sys.stdout.isatty()
@@ -196,18 +220,41 @@ def train(cfg: DictConfig, *, verbose: bool = True) -> dict[str, Any]:
         num_sanity_val_steps=0,
         default_root_dir=str(out),
     )
+    try:
+        return _fit_and_test(cfg, trainer, checkpoint, stopper, out, resolved, start, verbose)
+    finally:
+        _finish_wandb(trainer)
 
+
+def _finish_wandb(trainer: pl.Trainer) -> None:
+    """End the run's wandb run, if it has one: the next train() in this process (scripts/reproduce.py) would
+    otherwise log into it (Lightning's WandbLogger reuses a run in progress)."""
+    if any(type(logger).__name__ == "WandbLogger" for logger in trainer.loggers):
+        import wandb
+
+        wandb.finish()
+
+
+def _fit_and_test(cfg: DictConfig, trainer: pl.Trainer, checkpoint: ModelCheckpoint, stopper: EarlyStopping,
+                  out: Path, resolved: dict[str, Any], start: float, verbose: bool) -> dict[str, Any]:
+    """Build the data and model, then (only then: a bad config leaves an earlier run's directory as it was)
+    prepare the run directory, fit, test and write metrics.json."""
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     dataset = build_dataset(cfg.data)
     model = build_model(cfg.model, dataset.num_features, dataset.num_classes)
     module = NodeClassifier(model, dataset.num_classes, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay,
                             ogb_name=dataset.ogb_name, config=resolved)
     datamodule = build_datamodule(cfg, dataset)
+    resume_from = _prepare_checkpoints(cfg, out / "checkpoints")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.yaml").write_text(OmegaConf.to_yaml(resolved))
+    (out / "metrics.json").unlink(missing_ok=True)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*does not have many workers.*")
         warnings.filterwarnings("ignore", message=".*is smaller than the logging interval.*")
         warnings.filterwarnings("ignore", message=".*LeafSpec.*is deprecated.*")
         warnings.filterwarnings("ignore", message="Checkpoint directory .* exists and is not empty")
+        warnings.filterwarnings("ignore", message=".*multiple `ModelCheckpoint` callbacks.*")  # best is first
         trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume_from) if resume_from else None)
         epochs_run = trainer.current_epoch
         first_epoch = module.first_epoch if module.first_epoch is not None else epochs_run

@@ -81,6 +81,13 @@ def test_unknown_top_level_key_lists_the_sections():
         (["trainer.max_epochs"], "key=value"),
         (["logger.wandb_mode=sometimes"], "offline"),
         (["model.norm=group"], "batch"),
+        (["optim.lr=-0.01"], "optim.lr"),
+        (["optim.lr=nan"], "optim.lr"),
+        (["optim.weight_decay=-1"], "optim.weight_decay"),
+        (["model.hidden=0"], "model.hidden"),
+        (["seed=-1"], "'seed'"),
+        (["trainer.devices=2"], "trainer.devices"),
+        (["trainer.max_epochs=2", "trainer.check_val_every_n_epoch=10"], "no epoch would be validated"),
     ],
 )
 def test_bad_configs_raise_config_error(overrides, fragment):
@@ -106,4 +113,10 @@ def test_build_model_passes_the_section_as_plain_arguments(name):
 def test_build_model_rejects_an_unknown_name():
     cfg = load_config(["model.name=transformer"])
     with pytest.raises(ConfigError, match="gcn, gat, sage"):
+        build_model(cfg.model, 5, 3)
+
+
+def test_build_model_rejects_an_unknown_backend():
+    cfg = load_config(["model.backend=foo"])
+    with pytest.raises(ConfigError, match="'model.backend': 'foo'; valid backends are: auto, .*reference"):
         build_model(cfg.model, 5, 3)

@@ -46,3 +46,15 @@ def test_wandb_logger_is_offline_by_default(tmp_path, monkeypatch):
     run._loggers(load_config(["logger.wandb_mode=online"]), tmp_path, {})
     assert calls[1]["mode"] == "online" and calls[1]["offline"] is False
     assert len(run._loggers(load_config(["logger.wandb_mode=disabled"]), tmp_path, {})) == 1
+
+
+def test_a_run_finishes_its_wandb_run(monkeypatch):
+    """The next train() in the process (scripts/reproduce.py's seeds) must get a wandb run of its own: Lightning's
+    WandbLogger would otherwise reuse the one still in progress."""
+    finished = []
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(finish=lambda: finished.append(1)))
+    WandbLogger = type("WandbLogger", (), {})  # noqa: N806 - stands in for Lightning's class, matched by name
+    run._finish_wandb(types.SimpleNamespace(loggers=[CSVLogger("unused")]))
+    assert finished == []
+    run._finish_wandb(types.SimpleNamespace(loggers=[CSVLogger("unused"), WandbLogger()]))
+    assert finished == [1]

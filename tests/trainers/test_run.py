@@ -36,6 +36,45 @@ def test_resume_continues_from_the_checkpoint_epoch(tiny, tmp_path):
     assert json.loads((run / "metrics.json").read_text())["epochs_run"] == 4
 
 
+def test_last_checkpoint_is_the_last_epoch_not_the_best(tiny, tmp_path):
+    # lr=0: val/acc never improves after epoch 0, so the best checkpoint stays at epoch 0 while last.ckpt must
+    # follow every epoch (resume would otherwise go back to the best epoch and train its successors again).
+    run = tmp_path / "run"
+    first = train(load_config([*tiny, "optim.lr=0", "optim.weight_decay=0", "trainer.max_epochs=3"]), verbose=False)
+    assert first["best_epoch"] == 0
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["epoch"] == 2
+    resumed = train(load_config([*tiny, "optim.lr=0", "optim.weight_decay=0", "trainer.max_epochs=5",
+                                 "trainer.resume=true"]), verbose=False)
+    assert _train_epochs(run, 1) == [3, 4] and resumed["epochs_this_run"] == 2
+
+
+def test_resume_keeps_this_runs_patience(tiny, tmp_path):
+    # patience 1 stops the first run after epoch 1; resumed with patience 4, the run goes on (Lightning would
+    # restore patience 1 from the checkpoint and stop again at once) until 4 checks have not improved.
+    stall = [*tiny, "optim.lr=0", "optim.weight_decay=0"]
+    first = train(load_config([*stall, "trainer.patience=1", "trainer.max_epochs=50"]), verbose=False)
+    assert first["epochs_run"] == 2 and first["stopped_early"]
+    resumed = train(load_config([*stall, "trainer.patience=4", "trainer.max_epochs=50", "trainer.resume=true"]),
+                    verbose=False)
+    assert resumed["epochs_this_run"] == 3 and resumed["stopped_early"]
+
+
+def test_bad_config_or_resume_leaves_the_earlier_run_untouched(tiny, tmp_path):
+    from graphfuse.trainers.config import ConfigError
+
+    run = tmp_path / "run"
+    train(load_config([*tiny, "trainer.max_epochs=3"]), verbose=False)
+    before = {path.name: path.read_bytes() for path in [*run.glob("*.json"), *run.glob("*.yaml"),
+                                                        *(run / "checkpoints").iterdir()]}
+    with pytest.raises(ConfigError, match="model"):
+        train(load_config([*tiny, "trainer.max_epochs=3", "model.num_layers=0"]), verbose=False)
+    with pytest.raises(ConfigError, match="past trainer.max_epochs=1"):
+        train(load_config([*tiny, "trainer.max_epochs=1", "trainer.resume=true"]), verbose=False)
+    after = {path.name: path.read_bytes() for path in [*run.glob("*.json"), *run.glob("*.yaml"),
+                                                       *(run / "checkpoints").iterdir()]}
+    assert after == before
+
+
 def test_fresh_run_over_old_checkpoints_removes_them(tiny, tmp_path, caplog):
     ckpts = tmp_path / "run" / "checkpoints"
     ckpts.mkdir(parents=True)
@@ -101,3 +140,10 @@ def test_reordered_batch_is_the_same_problem_renumbered():
 def test_reorder_runs_end_to_end_and_reports_its_cost(tiny):
     metrics = train(load_config([*tiny, "trainer.max_epochs=2", "data.reorder=true"]), verbose=False)
     assert metrics["reorder_s"] is not None and metrics["epochs_run"] == 2
+
+
+def test_epoch_lines_show_val_metrics_only_where_validation_ran(tiny, capsys):
+    train(load_config([*tiny, "trainer.max_epochs=4", "trainer.check_val_every_n_epoch=2"]), verbose=True)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("epoch ")]
+    val_acc = [line.split("val/acc ")[1].split()[0] for line in lines]
+    assert len(val_acc) == 4 and val_acc[0] == val_acc[2] == "-" and "-" not in (val_acc[1], val_acc[3])

@@ -140,6 +140,22 @@ class NodeClassifier(pl.LightningModule):
     def test_step(self, batch: FullGraphBatch | Batch, batch_idx: int) -> Tensor:
         return self._shared_step(batch, "test")
 
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Keep torch's random state (dropout's draws; the samplers re-seed per epoch on their own generators):
+        a run resumed from this checkpoint goes on as the uninterrupted run would have."""
+        checkpoint["rng_states"] = {
+            "cpu": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else [],
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        states = checkpoint.get("rng_states")
+        if states is None:  # a checkpoint written before the random state was kept
+            return
+        torch.set_rng_state(states["cpu"])
+        if states["cuda"] and torch.cuda.is_available() and len(states["cuda"]) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(states["cuda"])
+
     def on_train_start(self) -> None:
         self.first_epoch = self.current_epoch
 

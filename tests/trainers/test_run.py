@@ -147,3 +147,22 @@ def test_epoch_lines_show_val_metrics_only_where_validation_ran(tiny, capsys):
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("epoch ")]
     val_acc = [line.split("val/acc ")[1].split()[0] for line in lines]
     assert len(val_acc) == 4 and val_acc[0] == val_acc[2] == "-" and "-" not in (val_acc[1], val_acc[3])
+
+
+def test_resumed_run_with_dropout_repeats_the_uninterrupted_run(tiny_settings, tmp_path):
+    """The checkpoints keep torch's random state, so dropout draws after a resume are those of a straight run."""
+
+    def losses(run, versions):
+        out = {}
+        for version in versions:
+            with open(run / "logs" / f"version_{version}" / "metrics.csv") as f:
+                out.update({int(r["epoch"]): r["train/loss"] for r in csv.DictReader(f) if r.get("train/loss")})
+        return out
+
+    settings = [*tiny_settings, "model.dropout=0.5", "trainer.deterministic=true"]
+    train(load_config([*settings, f"output_dir={tmp_path / 'straight'}", "trainer.max_epochs=6"]), verbose=False)
+    split = [*settings, f"output_dir={tmp_path / 'split'}"]
+    train(load_config([*split, "trainer.max_epochs=3"]), verbose=False)
+    train(load_config([*split, "trainer.max_epochs=6", "trainer.resume=true"]), verbose=False)
+    straight = losses(tmp_path / "straight", [0])
+    assert len(straight) == 6 and losses(tmp_path / "split", [0, 1]) == straight

@@ -108,7 +108,7 @@ def _loggers(cfg: DictConfig, out: Path, resolved: dict[str, Any]) -> list[Logge
     return loggers
 
 
-def _prepare_checkpoints(cfg: DictConfig, ckpt_dir: Path) -> Path | None:
+def _prepare_checkpoints(cfg: DictConfig, ckpt_dir: Path, resolved: dict[str, Any]) -> Path | None:
     """The checkpoint to resume from (``trainer.resume``), or None after clearing old checkpoints."""
     last = ckpt_dir / "last.ckpt"
     if cfg.trainer.resume:
@@ -117,7 +117,17 @@ def _prepare_checkpoints(cfg: DictConfig, ckpt_dir: Path) -> Path | None:
                 f"trainer.resume=true but there is no checkpoint to resume from at {last}; run once without "
                 f"trainer.resume (or point output_dir= at the run to continue)."
             )
-        done = torch.load(last, map_location="cpu", weights_only=False)["epoch"]
+        saved = torch.load(last, map_location="cpu", weights_only=False)
+        before = saved.get("hyper_parameters", {}).get("config") or {}
+        for section in ("data", "model"):  # what the weights were trained for; optim, trainer, sampler may change
+            old, new = before.get(section, {}), resolved[section]
+            changed = sorted(k for k in {*old, *new} if k != "root" and old.get(k) != new.get(k))  # root: a path
+            if old and changed:
+                raise ConfigError(
+                    f"trainer.resume=true: {', '.join(f'{section}.{k}' for k in changed)} differ from the run being "
+                    f"resumed ({last}); resume with that run's {section} settings, or start a fresh run."
+                )
+        done = saved["epoch"]
         if done > cfg.trainer.max_epochs:  # Lightning's own test, which would raise only after the run began
             raise ConfigError(
                 f"trainer.resume=true: {last} was saved at epoch {done} (counting from 0), past trainer.max_epochs="
@@ -245,7 +255,7 @@ def _fit_and_test(cfg: DictConfig, trainer: pl.Trainer, checkpoint: ModelCheckpo
     module = NodeClassifier(model, dataset.num_classes, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay,
                             ogb_name=dataset.ogb_name, config=resolved)
     datamodule = build_datamodule(cfg, dataset)
-    resume_from = _prepare_checkpoints(cfg, out / "checkpoints")
+    resume_from = _prepare_checkpoints(cfg, out / "checkpoints", resolved)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(OmegaConf.to_yaml(resolved))
     (out / "metrics.json").unlink(missing_ok=True)

@@ -70,6 +70,8 @@ def test_bad_config_or_resume_leaves_the_earlier_run_untouched(tiny, tmp_path):
         train(load_config([*tiny, "trainer.max_epochs=3", "model.num_layers=0"]), verbose=False)
     with pytest.raises(ConfigError, match="past trainer.max_epochs=1"):
         train(load_config([*tiny, "trainer.max_epochs=1", "trainer.resume=true"]), verbose=False)
+    with pytest.raises(ConfigError, match="model.hidden differ from the run being resumed"):
+        train(load_config([*tiny, "trainer.max_epochs=5", "trainer.resume=true", "model.hidden=12"]), verbose=False)
     after = {path.name: path.read_bytes() for path in [*run.glob("*.json"), *run.glob("*.yaml"),
                                                        *(run / "checkpoints").iterdir()]}
     assert after == before

@@ -208,11 +208,12 @@ class Graph:
     @classmethod
     def from_pyg(cls, data: Any) -> "Graph":
         """Build from a ``torch_geometric.data.Data``: ``edge_index``, ``num_nodes`` and, when present, a 1-D
-        ``edge_weight`` (or 1-D ``edge_attr``)."""
+        ``edge_weight`` (or a 1-D floating-point ``edge_attr``; integer ones, such as edge types, are not
+        weights)."""
         weight = getattr(data, "edge_weight", None)
         if weight is None:
             attr = getattr(data, "edge_attr", None)
-            weight = attr if isinstance(attr, Tensor) and attr.dim() == 1 else None
+            weight = attr if isinstance(attr, Tensor) and attr.dim() == 1 and attr.is_floating_point() else None
         return cls(data.edge_index, num_nodes=data.num_nodes, edge_weight=weight)
 
     def to_pyg(self) -> Any:

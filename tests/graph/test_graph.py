@@ -109,6 +109,11 @@ def test_pyg_round_trip():
     assert g.num_nodes == 4 and torch.equal(g.edge_weight, data.edge_weight)
     back = g.to_pyg()
     assert back.num_nodes == 4 and torch.equal(back.edge_index, data.edge_index)
+    edge_index = torch.tensor([[0, 1, 2], [1, 2, 0]])
+    weights = Graph.from_pyg(Data(edge_index=edge_index, num_nodes=3, edge_attr=torch.rand(3)))
+    assert weights.edge_weight is not None  # a 1-D float edge_attr is a weight
+    types = Graph.from_pyg(Data(edge_index=edge_index, num_nodes=3, edge_attr=torch.tensor([0, 2, 1])))
+    assert types.edge_weight is None  # edge types are not weights (this raised, naming edge_weight)
 
 
 @pytest.mark.parametrize("weighted, improved", [(False, False), (True, False), (True, True)])

@@ -37,6 +37,7 @@ from graphfuse.trainers.module import STAGES, NodeClassifier
 log = logging.getLogger(__name__)
 
 MONITOR = "val/acc"
+WANDB_ID = "wandb_run_id"  # in the run directory: the wandb run that trainer.resume continues
 _warned_no_wandb = False
 
 
@@ -95,6 +96,8 @@ def _loggers(cfg: DictConfig, out: Path, resolved: dict[str, Any]) -> list[Logge
         return loggers
     from lightning.pytorch.loggers import WandbLogger
 
+    run_id = out / WANDB_ID
+    resumed = run_id.read_text().strip() if cfg.trainer.resume and run_id.is_file() else None
     loggers.append(
         WandbLogger(
             project=cfg.logger.project,
@@ -103,6 +106,7 @@ def _loggers(cfg: DictConfig, out: Path, resolved: dict[str, Any]) -> list[Logge
             offline=cfg.logger.wandb_mode == "offline",
             mode=cfg.logger.wandb_mode,
             config=resolved,
+            **({"id": resumed, "resume": "allow"} if resumed else {}),  # a resumed run goes on in the same wandb run
         )
     )
     return loggers
@@ -236,10 +240,14 @@ def train(cfg: DictConfig, *, verbose: bool = True) -> dict[str, Any]:
         _finish_wandb(trainer)
 
 
+def _wandb_loggers(trainer: pl.Trainer) -> list[Logger]:
+    return [logger for logger in trainer.loggers if type(logger).__name__ == "WandbLogger"]
+
+
 def _finish_wandb(trainer: pl.Trainer) -> None:
     """End the run's wandb run, if it has one: the next train() in this process (scripts/reproduce.py) would
     otherwise log into it (Lightning's WandbLogger reuses a run in progress)."""
-    if any(type(logger).__name__ == "WandbLogger" for logger in trainer.loggers):
+    if _wandb_loggers(trainer):
         import wandb
 
         wandb.finish()
@@ -259,6 +267,8 @@ def _fit_and_test(cfg: DictConfig, trainer: pl.Trainer, checkpoint: ModelCheckpo
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(OmegaConf.to_yaml(resolved))
     (out / "metrics.json").unlink(missing_ok=True)
+    for logger in _wandb_loggers(trainer):  # starts the wandb run (Lightning would at fit) and records its id
+        (out / WANDB_ID).write_text(logger.experiment.id + "\n")
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*does not have many workers.*")
         warnings.filterwarnings("ignore", message=".*is smaller than the logging interval.*")

@@ -58,3 +58,19 @@ def test_a_run_finishes_its_wandb_run(monkeypatch):
     assert finished == []
     run._finish_wandb(types.SimpleNamespace(loggers=[CSVLogger("unused"), WandbLogger()]))
     assert finished == [1]
+
+
+def test_resume_continues_the_wandb_run_of_the_run_directory(tmp_path, monkeypatch):
+    calls = []
+
+    class FakeWandbLogger:
+        def __init__(self, **kwargs):
+            calls.append(kwargs)
+
+    monkeypatch.setitem(sys.modules, "wandb", types.ModuleType("wandb"))
+    monkeypatch.setattr(pl_loggers, "WandbLogger", FakeWandbLogger)
+    (tmp_path / run.WANDB_ID).write_text("abc123\n")
+    run._loggers(load_config([]), tmp_path, {})
+    run._loggers(load_config(["trainer.resume=true"]), tmp_path, {})
+    assert "id" not in calls[0]  # a fresh run: a new wandb run
+    assert (calls[1]["id"], calls[1]["resume"]) == ("abc123", "allow")

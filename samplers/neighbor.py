@@ -13,8 +13,9 @@ Sampled edges come as local ``edge_index`` with row 0 = the neighbour and row 1 
 ``subgraph_type``: ``"directional"`` keeps exactly the sampled edges; ``"bidirectional"`` adds the reverse of
 each and coalesces (sorted by target, then source; duplicates merged; a reverse-only edge carries the
 ``e_id`` of the edge it mirrors, as in PyG); ``"induced"`` keeps every edge of the graph between sampled
-nodes, target by target in local order (in-edges in CSR order). ``disjoint=True`` grows one tree per seed:
-the same node reached from two seeds appears twice, and ``batch`` gives each node's seed.
+nodes once, target by target in local order (in-edges in CSR order), a repeated seed's edges on its first
+row. ``disjoint=True`` grows one tree per seed: the same node reached from two seeds appears twice, and
+``batch`` gives each node's seed.
 
 Shapes:
     seeds: (B,) int64 → n_id: (n,), edge_index: (2, e), e_id: (e,), batch: (n,) (disjoint only).
@@ -292,8 +293,14 @@ class NeighborSampler:
         if self.subgraph_type == "bidirectional":
             row, col, e_id = _coalesce(torch.cat([row, col]), torch.cat([col, row]), torch.cat([e_id, e_id]),
                                        n_id.numel())
-        elif self.subgraph_type == "induced":
+        elif self.subgraph_type == "induced" and self.disjoint:
             row, col, e_id = induced_edges(graph, n_id, batch)
+        elif self.subgraph_type == "induced":
+            # induced_edges needs distinct nodes: extract on the first row of each node (a repeated seed's
+            # later rows get no edges), then map back to rows of n_id (increasing, so the order is kept)
+            first = (node_set.local[n_id] == torch.arange(n_id.numel(), device=device)).nonzero().view(-1)
+            row, col, e_id = induced_edges(graph, n_id[first])
+            row, col = first[row], first[col]
         return NeighborSample(
             n_id=n_id,
             edge_index=torch.stack([row, col]),

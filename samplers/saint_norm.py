@@ -275,7 +275,7 @@ def compute_saint_norm(
         sampler: a GraphSAINT sampler (:class:`~graphfuse.samplers.SaintRandomWalkSampler`, ...).
         sample_coverage: pre-sample until each node was drawn this many times on average (> 0).
         norm: ``"pyg"`` (sample the whole graph) or ``"paper"`` (sample the training graph).
-        train_mask: training nodes; required for ``"paper"``.
+        train_mask: training nodes, an (N,) bool tensor; required for ``"paper"`` (ignored for ``"pyg"``).
         seed: seed of the pre-sampling generator (on the graph's device).
         cache_dir: folder for the cached coefficients; None disables the cache.
 
@@ -289,8 +289,14 @@ def compute_saint_norm(
     _check_square(graph, "compute_saint_norm")
     if norm not in NORMS:
         raise ValueError(f"compute_saint_norm: norm must be one of {list(NORMS)}; got {norm!r}")
-    if norm == "paper" and train_mask is None:
-        raise ValueError("compute_saint_norm: norm='paper' samples from the training graph and needs train_mask")
+    if norm == "paper":
+        if train_mask is None:
+            raise ValueError("compute_saint_norm: norm='paper' samples from the training graph and needs train_mask")
+        if not isinstance(train_mask, Tensor):
+            raise TypeError(f"compute_saint_norm: train_mask must be a torch.Tensor; got {type(train_mask).__name__}")
+        if train_mask.dtype != torch.bool or train_mask.shape != (graph.num_nodes,):
+            raise ValueError(f"compute_saint_norm: train_mask must be a ({graph.num_nodes},) bool tensor; got "
+                             f"{tuple(train_mask.shape)} {train_mask.dtype}")
     path = key = None
     if cache_dir is not None:
         path, key = _cache_path(cache_dir, graph, sampler, sample_coverage, norm, train_mask, seed)

@@ -217,6 +217,42 @@ def test_repeated_seed_keeps_both_rows_and_links_to_the_first():
     assert out.edge_index.tolist() == [[2, 2], [0, 1]]
 
 
+def test_induced_repeated_seed_links_to_its_first_row(device):
+    # 1→0 (e0), 0→1 (e1), 2→0 (e2); seed 0 twice: rows 0 and 1
+    graph = graphfuse.Graph(torch.tensor([[1, 0, 2], [0, 1, 0]]), num_nodes=3).to(device)
+    seeds = torch.tensor([0, 0], device=device)
+    directional = NeighborSampler([-1, -1])(graph, seeds)
+    induced = NeighborSampler([-1, -1], subgraph_type="induced")(graph, seeds)
+    assert induced.n_id.tolist() == directional.n_id.tolist() == [0, 0, 1, 2]
+    # directional: both rows sample 1 and 2; in hop 2 node 1 samples the seed, linked to its first row
+    assert directional.edge_index.tolist() == [[2, 3, 2, 3, 0], [0, 0, 1, 1, 2]]
+    # induced: every edge once, the seed's in-edges on row 0 and its out-edge 0→1 from row 0, as directional
+    assert induced.edge_index.tolist() == [[2, 3, 0], [0, 0, 2]]
+    assert induced.e_id.tolist() == [0, 2, 1]
+    assert induced.edge_index[1, -1].item() == directional.edge_index[1, -1].item()
+    assert induced.edge_index[0, -1].item() == directional.edge_index[0, -1].item() == 0
+
+
+@pytest.mark.parametrize("seeds", [[4, 4], [4, 2, 4, 4]])
+def test_induced_repeated_seed_adds_only_an_edgeless_row(seeds, device):
+    """With all neighbours taken, repeating a seed inserts edgeless rows and changes nothing else, also when
+    the seed owns its edges in induced extraction (node 4 has the lowest degree of the diamond)."""
+    graph = diamond().to(device)
+    sampler = NeighborSampler([-1, -1], subgraph_type="induced")
+    repeated = sampler(graph, torch.tensor(seeds, device=device))
+    distinct = sampler(graph, torch.tensor(list(dict.fromkeys(seeds)), device=device))
+    first = [k for k, v in enumerate(seeds) if v not in seeds[:k]]
+    rows = torch.tensor(first + list(range(len(seeds), repeated.num_nodes)), device=device)
+    assert repeated.num_nodes == distinct.num_nodes + len(seeds) - len(first)
+    assert torch.equal(repeated.n_id[rows], distinct.n_id)
+    assert torch.equal(repeated.edge_index, rows[distinct.edge_index])
+    assert torch.equal(repeated.e_id, distinct.e_id)
+    if seeds == [4, 4]:
+        # n_id = [4, 4, 0, 1, 2]: 0→4 (e5), 1→0 (e0), 2→0 (e1), 2→1 (e6)
+        assert repeated.edge_index.tolist() == [[2, 3, 4, 4], [0, 2, 2, 3]]
+        assert repeated.e_id.tolist() == [5, 0, 1, 6]
+
+
 def test_empty_frontiers_and_no_seeds():
     graph = graphfuse.Graph(torch.tensor([[1], [0]]), num_nodes=3)
     out = NeighborSampler([2, 2, 2])(graph, torch.tensor([2]))

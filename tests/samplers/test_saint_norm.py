@@ -183,6 +183,50 @@ def test_fingerprints():
         tensor_fingerprint(torch.ones(3))
 
 
+def test_fingerprint_values_a_multiple_of_the_prime_apart_differ():
+    p = (1 << 31) - 1
+    pairs = [([0, 5], [p, 5]), ([-1], [p - 1]), ([7], [7 + 2 * p]), ([3], [3 - p]), ([0], [p << 31]),
+             ([1 << 40], [(1 << 40) + p]), ([-(1 << 63)], [(1 << 63) - 1]), ([0], [1 << 60])]
+    for a, b in pairs:
+        assert tensor_fingerprint(torch.tensor(a)) != tensor_fingerprint(torch.tensor(b)), (a, b)
+    values = [0, 1, -1, p - 1, p, p + 1, 2 * p, -p, 1 << 30, 1 << 33, 1 << 60, 1 << 62, -(1 << 63), (1 << 63) - 1]
+    grid = torch.tensor(values)
+    grid_pairs = torch.cartesian_prod(grid, grid)  # all distinct: so must be their fingerprints
+    assert len({tensor_fingerprint(pair) for pair in grid_pairs}) == len(values) ** 2
+    assert tensor_fingerprint(grid_pairs) == tensor_fingerprint(torch.tensor(grid_pairs.tolist()))
+
+
+def test_fingerprint_bool_and_integer_dtypes():
+    mask = torch.arange(10) % 3 == 0
+    assert tensor_fingerprint(mask) == tensor_fingerprint(mask.clone())
+    flipped = mask.clone()
+    flipped[4] = True
+    assert tensor_fingerprint(mask) != tensor_fingerprint(flipped)
+    fingerprints = {tensor_fingerprint(mask.to(dtype)) for dtype in (torch.bool, torch.uint8, torch.int8,
+                                                                      torch.int16, torch.int32, torch.int64)}
+    assert len(fingerprints) == 6  # same values, the dtype tells them apart
+    small = torch.tensor([-3, 0, 100], dtype=torch.int8)
+    assert tensor_fingerprint(small) == tensor_fingerprint(torch.tensor([-3, 0, 100], dtype=torch.int8))
+    assert len(tensor_fingerprint(small)) == 32
+
+
+def test_paper_train_mask_is_checked_before_the_cache(tmp_path):
+    graph = triangle_with_tail()
+    sampler = SaintRandomWalkSampler(roots=2, walk_length=1)
+    for mask in (torch.ones(5), torch.ones(5, dtype=torch.long), torch.ones(4, dtype=torch.bool)):
+        for cache_dir in (None, tmp_path):
+            with pytest.raises(ValueError, match=r"compute_saint_norm: train_mask must be a \(5,\) bool tensor"):
+                compute_saint_norm(graph, sampler, sample_coverage=1, norm="paper", train_mask=mask,
+                                   cache_dir=cache_dir)
+    with pytest.raises(TypeError, match="compute_saint_norm: train_mask must be a torch.Tensor"):
+        compute_saint_norm(graph, sampler, sample_coverage=1, norm="paper", train_mask=[True] * 5,
+                           cache_dir=tmp_path)
+    assert not any(tmp_path.iterdir())
+    train = torch.tensor([True, True, True, False, False])
+    sn = compute_saint_norm(graph, sampler, sample_coverage=1, norm="paper", train_mask=train, cache_dir=tmp_path)
+    assert len(list(tmp_path.iterdir())) == 1 and int(sn.node_count[~train].sum()) == 0
+
+
 def test_argument_checks():
     graph = make_graph_case("hub")
     sampler = SaintRandomWalkSampler(roots=2, walk_length=1)

@@ -7,6 +7,7 @@ import sys
 import types
 
 import lightning.pytorch.loggers as pl_loggers
+import pytest
 from lightning.pytorch.loggers import CSVLogger
 
 from graphfuse.trainers import run
@@ -29,15 +30,26 @@ def test_missing_wandb_warns_once_and_keeps_csv(tmp_path, monkeypatch, caplog):
     assert caplog.text.count("wandb is not installed") == 1
 
 
-def test_wandb_logger_is_offline_by_default(tmp_path, monkeypatch):
-    calls = []
+class FakeWandbLogger:
+    """Stands in for Lightning's WandbLogger: records its keyword arguments in ``calls``."""
 
-    class FakeWandbLogger:
-        def __init__(self, **kwargs):
-            calls.append(kwargs)
+    calls: list[dict] = []
 
+    def __init__(self, **kwargs):
+        self.calls.append(kwargs)
+
+
+@pytest.fixture
+def wandb_calls(monkeypatch):
+    """wandb "installed" and Lightning's WandbLogger replaced by FakeWandbLogger; the constructor calls."""
     monkeypatch.setitem(sys.modules, "wandb", types.ModuleType("wandb"))
     monkeypatch.setattr(pl_loggers, "WandbLogger", FakeWandbLogger)
+    monkeypatch.setattr(FakeWandbLogger, "calls", [])
+    return FakeWandbLogger.calls
+
+
+def test_wandb_logger_is_offline_by_default(tmp_path, wandb_calls):
+    calls = wandb_calls
     loggers = run._loggers(load_config(["experiment=gat_cora", "seed=2"]), tmp_path, {"seed": 2})
     assert len(loggers) == 2 and isinstance(loggers[1], FakeWandbLogger)
     assert calls[0]["mode"] == "offline" and calls[0]["offline"] is True
@@ -60,15 +72,8 @@ def test_a_run_finishes_its_wandb_run(monkeypatch):
     assert finished == [1]
 
 
-def test_resume_continues_the_wandb_run_of_the_run_directory(tmp_path, monkeypatch):
-    calls = []
-
-    class FakeWandbLogger:
-        def __init__(self, **kwargs):
-            calls.append(kwargs)
-
-    monkeypatch.setitem(sys.modules, "wandb", types.ModuleType("wandb"))
-    monkeypatch.setattr(pl_loggers, "WandbLogger", FakeWandbLogger)
+def test_resume_continues_the_wandb_run_of_the_run_directory(tmp_path, wandb_calls):
+    calls = wandb_calls
     (tmp_path / run.WANDB_ID).write_text("abc123\n")
     run._loggers(load_config([]), tmp_path, {})
     run._loggers(load_config(["trainer.resume=true"]), tmp_path, {})

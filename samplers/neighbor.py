@@ -265,6 +265,10 @@ class NeighborSampler:
         n, device = graph.num_nodes, graph.device
         seeds = seeds.long()
         num_seeds = seeds.numel()
+        if num_seeds:
+            low, high = (int(v) for v in torch.aminmax(seeds))  # one sync (the sampling below has several)
+            if low < 0 or high >= n:
+                raise ValueError(f"NeighborSampler: seeds must be node ids in [0, {n}); got values in [{low}, {high}]")
         tree = torch.arange(num_seeds, device=device) if self.disjoint else None
         node_set = _KeySet(tree * n + seeds) if self.disjoint else _NodeMap(n, seeds)
 

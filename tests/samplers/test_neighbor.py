@@ -271,6 +271,11 @@ def test_argument_checks():
         NeighborSampler([3], subgraph_type="both")
     with pytest.raises(ValueError, match="seeds"):
         NeighborSampler([3])(diamond(), torch.tensor([[0]]))
+    n = diamond().num_nodes
+    for disjoint in (False, True):  # -1 was taken silently in disjoint mode (x[-1] gathered later)
+        for bad in ([-1], [0, n]):
+            with pytest.raises(ValueError, match=rf"NeighborSampler: seeds must be node ids in \[0, {n}\)"):
+                NeighborSampler([3], disjoint=disjoint)(diamond(), torch.tensor(bad))
     with pytest.raises(ValueError, match="square"):
         NeighborSampler([3])(make_graph_case("bipartite"), torch.tensor([0]))
 

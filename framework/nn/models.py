@@ -35,6 +35,19 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
 NORMS: dict[str, Callable[[int], nn.Module]] = {"batch": nn.BatchNorm1d, "layer": nn.LayerNorm}
 
 
+def check_positive_ints(owner: str, **values: int) -> None:
+    """Raise ValueError naming the first of ``values`` (channel widths, head counts) that is not an int >= 1."""
+    for arg, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{owner}: {arg} must be an int >= 1; got {value!r}")
+
+
+def check_rate(owner: str, arg: str, value: float) -> None:
+    """Raise ValueError naming ``arg`` unless ``value`` is a real number in [0, 1) (a dropout rate)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise ValueError(f"{owner}: {arg} must be a number in [0, 1); got {value!r}")
+
+
 def layer_widths(owner: str, in_channels: int, hidden_width: int, num_layers: int) -> list[int]:
     """Input width of each of ``num_layers`` convs: ``in_channels`` then ``hidden_width`` for the rest."""
     if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
@@ -67,12 +80,11 @@ class GNN(nn.Module):
     ) -> None:
         super().__init__()
         name = type(self).__name__
-        if activation not in ACTIVATIONS:
+        if not isinstance(activation, str) or activation not in ACTIVATIONS:
             raise ValueError(f"{name}: activation must be one of {list(ACTIVATIONS)}; got {activation!r}")
-        if norm is not None and norm not in NORMS:
+        if norm is not None and (not isinstance(norm, str) or norm not in NORMS):
             raise ValueError(f"{name}: norm must be None or one of {list(NORMS)}; got {norm!r}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"{name}: dropout must lie in [0, 1); got {dropout}")
+        check_rate(name, "dropout", dropout)
         self.convs = nn.ModuleList(convs)
         self.norms = None if norm is None else nn.ModuleList(NORMS[norm](hidden_width) for _ in convs[:-1])
         self.dropout = dropout
@@ -127,7 +139,9 @@ class GCN(GNN):
         norm: str | None = None,
         **conv_kwargs,
     ) -> None:
-        widths = layer_widths(type(self).__name__, in_channels, hidden_channels, num_layers)
+        name = type(self).__name__
+        check_positive_ints(name, in_channels=in_channels, hidden_channels=hidden_channels, out_channels=out_channels)
+        widths = layer_widths(name, in_channels, hidden_channels, num_layers)
         outs = [hidden_channels] * (num_layers - 1) + [out_channels]
         convs = [self.conv_class(i, o, **conv_kwargs) for i, o in zip(widths, outs)]
         super().__init__(convs, hidden_channels, dropout=dropout, activation=activation, norm=norm)
@@ -157,7 +171,11 @@ class GAT(GNN):
         attn_dropout: float = 0.6,
         **conv_kwargs,
     ) -> None:
-        widths = layer_widths(type(self).__name__, in_channels, hidden_channels * heads, num_layers)
+        name = type(self).__name__
+        check_positive_ints(name, in_channels=in_channels, hidden_channels=hidden_channels, out_channels=out_channels,
+                            heads=heads, out_heads=out_heads)
+        check_rate(name, "attn_dropout", attn_dropout)
+        widths = layer_widths(name, in_channels, hidden_channels * heads, num_layers)
         conv = self.conv_class
         convs = [conv(i, hidden_channels, heads, dropout=attn_dropout, **conv_kwargs) for i in widths[:-1]]
         convs.append(conv(widths[-1], out_channels, out_heads, concat=False, dropout=attn_dropout, **conv_kwargs))
@@ -181,7 +199,9 @@ class GraphSAGE(GNN):
         aggr: str = "mean",
         **conv_kwargs,
     ) -> None:
-        widths = layer_widths(type(self).__name__, in_channels, hidden_channels, num_layers)
+        name = type(self).__name__
+        check_positive_ints(name, in_channels=in_channels, hidden_channels=hidden_channels, out_channels=out_channels)
+        widths = layer_widths(name, in_channels, hidden_channels, num_layers)
         outs = [hidden_channels] * (num_layers - 1) + [out_channels]
         convs = [SAGEConv(i, o, aggr=aggr, **conv_kwargs) for i, o in zip(widths, outs)]
         super().__init__(convs, hidden_channels, dropout=dropout, activation=activation, norm=norm)
@@ -218,9 +238,7 @@ class GraphSAINT(GNN):
         **conv_kwargs,
     ) -> None:
         name = type(self).__name__
-        for arg, value in (("hidden_channels", hidden_channels), ("out_channels", out_channels)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: {arg} must be an int >= 1; got {value!r}")
+        check_positive_ints(name, in_channels=in_channels, hidden_channels=hidden_channels, out_channels=out_channels)
         for arg, value in (("jk", jk), ("normalize", normalize)):
             if not isinstance(value, bool):
                 raise TypeError(f"{name}: {arg} must be a bool; got {value!r}")

@@ -140,3 +140,20 @@ def test_bad_inputs_raise_naming_the_argument(name):
         _model(name, num_layers=0)
     with pytest.raises(ValueError, match="dropout"):
         _model(name, dropout=1.5)
+    with pytest.raises(ValueError, match="dropout must be a number"):
+        _model(name, dropout="0.5")
+    with pytest.raises(ValueError, match="activation"):
+        _model(name, activation=["relu"])
+    cls, extra = MODELS[name], {"heads": 2, "out_heads": 3} if name == "gat" else {}
+    for width in ("hidden_channels", "out_channels", "in_channels"):  # 0 trained a constant model, -1 crashed
+        for bad in (0, -1, 4.0):
+            args = {"in_channels": IN, "hidden_channels": HIDDEN, "out_channels": OUT, width: bad}
+            with pytest.raises(ValueError, match=f"{cls.__name__}: {width} must be an int >= 1; got {bad!r}"):
+                cls(**args, **extra)
+
+
+def test_gat_names_its_own_arguments():
+    with pytest.raises(ValueError, match="GAT: out_heads must be an int >= 1; got 0"):
+        _model("gat", out_heads=0)
+    with pytest.raises(ValueError, match="GAT: attn_dropout must be a number in"):
+        _model("gat", attn_dropout=1.0)

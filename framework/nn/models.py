@@ -33,6 +33,8 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "leaky_relu": F.leaky_relu,
 }
 NORMS: dict[str, Callable[[int], nn.Module]] = {"batch": nn.BatchNorm1d, "layer": nn.LayerNorm}
+"""Normalisations after hidden convs: ``"layer"`` normalises each node's features (``nn.LayerNorm``), which is
+PyG's ``LayerNorm(mode="node")``, not the ``mode="graph"`` that PyG's models pick for ``"layer_norm"``."""
 
 
 def check_positive_ints(owner: str, **values: int) -> None:

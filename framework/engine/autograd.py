@@ -145,7 +145,7 @@ def _permuted(graph: Graph, w: Tensor | None, fmt: str) -> Tensor | None:
     """
     if w is None:
         return None
-    if w is not graph.edge_weight:
+    if w is not graph.edge_weight or w.is_inference():  # an inference tensor has no version counter
         return w.detach().index_select(0, _perm(graph, fmt)).contiguous()
     slot = graph.cached(("kernels", "permuted", fmt), dict)
     ref = slot.get("ref")

@@ -17,7 +17,10 @@ from graphfuse.kernels import graph_processing, runtime
 
 
 def _seed_permuted(graph: Graph, weight: Tensor, fmt: str, value: Tensor) -> None:
-    """Pre-fill the engine's cache of ``weight`` permuted to ``fmt`` order (see ``autograd._permuted``)."""
+    """Pre-fill the engine's cache of ``weight`` permuted to ``fmt`` order (see ``autograd._permuted``; not for an
+    inference tensor, which has no version counter)."""
+    if weight.is_inference():
+        return
     slot = graph.cached(("kernels", "permuted", fmt), dict)
     slot.update(ref=weakref.ref(weight), version=weight._version, value=value)
 

@@ -135,9 +135,14 @@ class Graph:
 
     # ------------------------------------------------------------------ cache
     def cached(self, key: Any, build: Callable[[], Any]) -> Any:
-        """Return ``self``'s cached value for ``key``, building it with ``build()`` on first use."""
+        """Return ``self``'s cached value for ``key``, building it with ``build()`` on first use.
+
+        The build runs outside ``torch.inference_mode()``: a format or processed graph first built during an
+        inference pass is also used by later training, which cannot save inference tensors for backward.
+        """
         if key not in self._cache:
-            self._cache[key] = build()
+            with torch.inference_mode(False):
+                self._cache[key] = build()
         return self._cache[key]
 
     @property

@@ -100,6 +100,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.seeds < 1:
         parser.error(f"--seeds must be >= 1; got {args.seeds}")
+    for name in args.experiments:  # --experiments takes every later word: an override would land here
+        if "=" in name:
+            parser.error(f"--experiments got {name!r}: put key=value overrides before --experiments or after --")
+    overridden = sorted({item.partition("=")[0] for item in args.overrides} & {"seed", "output_dir"})
+    if overridden:
+        parser.error(f"{', '.join(overridden)} cannot be overridden: every seed 0..N-1 runs in its own directory "
+                     "under --runs-dir (use --seeds and --runs-dir)")
     return args
 
 
@@ -114,8 +121,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     quiet_lightning()
     results: dict[str, dict[str, Any]] = {}
     try:
-        for experiment in args.experiments:
-            model = load_config([f"experiment={experiment}", *args.overrides]).model.name
+        # every experiment composed before any trains: a typo in the last one must not cost the earlier runs
+        models = {e: load_config([f"experiment={e}", *args.overrides]).model.name for e in args.experiments}
+        for experiment, model in models.items():
             for name, extra in variants(experiment, model, args.pyg):
                 overrides = [*args.overrides, *extra]
                 runs = []

@@ -20,7 +20,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
-from graphfuse.data import NodeDataset, dataset_options, default_root, load_dataset
+from graphfuse.data import DatasetNotFoundError, NodeDataset, dataset_options, default_root, load_dataset
 from graphfuse.engine import registered_backends
 from graphfuse.graph import Graph
 from graphfuse.nn import GAT, GCN, MODELS
@@ -130,7 +130,14 @@ def build_dataset(cfg: DictConfig) -> NodeDataset:
             f"unknown option(s) {', '.join(f'data.options.{k}' for k in unknown)} for dataset '{cfg.name}'; "
             f"valid options are: {listing}."
         )
-    return load_dataset(cfg.name, cfg.root, normalize_features=cfg.normalize_features, **options)
+    try:
+        return load_dataset(cfg.name, cfg.root, normalize_features=cfg.normalize_features, **options)
+    except DatasetNotFoundError:  # an OSError with its own message (the folder, the mirror variable)
+        raise
+    except (ValueError, TypeError) as error:  # an option value the loader rejects
+        raise ConfigError(f"invalid data section for dataset '{cfg.name}': {error}.") from None
+    except OSError as error:  # e.g. data.root names a file
+        raise ConfigError(f"cannot use data.root={cfg.root!r}: {error}.") from None
 
 
 def uses_mean_weights(cfg: DictConfig) -> bool:

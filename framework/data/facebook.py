@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from graphfuse.data.dataset import NodeDataset
-from graphfuse.data.paths import MIRROR_ENV, DatasetNotFoundError, mirror_dir
+from graphfuse.data.paths import DatasetNotFoundError, mirror_dir, mirror_hint
 from graphfuse.data.registry import register_dataset
 
 SNAP_URL = "https://snap.stanford.edu/data/facebook_large.zip"
@@ -170,8 +170,7 @@ def load_facebook(name: str, root: Path, *, download: bool = True) -> NodeDatase
         raw = _find_raw(root)
         if raw is None:
             expected = folder / "facebook_{edges.csv,features.json,target.csv}"
-            hint = (f"put the MUSAE files at {expected} (or SNAP's musae_facebook_* names), or set "
-                    f"${MIRROR_ENV} to a folder holding musae/facebook/")
+            hint = f"put the MUSAE files at {expected} (or SNAP's musae_facebook_* names); {mirror_hint('musae/facebook')}"
             if not download:
                 raise DatasetNotFoundError(f"facebook: raw files not found (download=False); {hint}", folder)
             try:

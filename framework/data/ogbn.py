@@ -113,15 +113,17 @@ def _dataset_class(allow_download: bool) -> type:
 
         def download(self) -> None:
             url = self.meta_info["url"]
+            # the archive holds a folder download_name/, which ogb reads as root (e.g. arxiv/ → ogbn_arxiv/)
+            by_hand = (f"fetch {url}, extract it in {self.original_root} and rename its {self.download_name}/ "
+                       f"folder to {Path(self.root).name}/")
             if not allow_download:
                 raise DatasetNotFoundError(f"{self.name}: files not found in {self.root} (download=False); "
-                                           f"fetch {url} and extract it there", self.root)
+                                           f"{by_hand}", self.root)
             try:
                 _download_archive(url, Path(self.original_root), self.download_name, Path(self.root))
             except Exception as exc:
                 raise DatasetNotFoundError(f"{self.name}: files not found in {self.root} and downloading "
-                                           f"{url} failed ({exc}); fetch it and extract it there",
-                                           self.root) from exc
+                                           f"{url} failed ({exc}); {by_hand}", self.root) from exc
 
     return _OgbnDataset
 

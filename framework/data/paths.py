@@ -43,6 +43,15 @@ def mirror_dir(relative: str) -> Path | None:
     return path if path.is_dir() else None
 
 
+def mirror_hint(relative: str) -> str:
+    """The end of a missing-files message: how to point the mirror at ``relative``, or, when the variable is
+    already set, that its folder lacks ``relative/`` (or some of its files)."""
+    env = os.environ.get(MIRROR_ENV)
+    if env:
+        return f"${MIRROR_ENV}={env} is set but holds no complete {relative}/ folder"
+    return f"or set ${MIRROR_ENV} to a folder holding {relative}/"
+
+
 def copy_from_mirror(relative: str, dest: Path, file_names: list[str]) -> bool:
     """Copy ``file_names`` from the mirror folder ``relative`` into ``dest`` (only those missing there).
 

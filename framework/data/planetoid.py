@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from graphfuse.data.dataset import NodeDataset
-from graphfuse.data.paths import MIRROR_ENV, DatasetNotFoundError, copy_from_mirror
+from graphfuse.data.paths import DatasetNotFoundError, copy_from_mirror, mirror_hint
 from graphfuse.data.registry import register_dataset
 
 RAW_FILES = [f"ind.cora.{s}" for s in ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")]
@@ -32,8 +32,7 @@ def _planetoid_class() -> type:
             except Exception as exc:
                 raise DatasetNotFoundError(
                     f"cora: raw files not found in {self.raw_dir} and the download failed ({exc}); put "
-                    f"{', '.join(RAW_FILES)} there, or set ${MIRROR_ENV} to a folder holding "
-                    f"planetoid/Cora/raw/", self.raw_dir) from exc
+                    f"{', '.join(RAW_FILES)} there; {mirror_hint('planetoid/Cora/raw')}", self.raw_dir) from exc
 
     return _Planetoid
 
@@ -54,8 +53,8 @@ def load_cora(name: str, root: Path, *, download: bool = True) -> NodeDataset:
     have_raw = copy_from_mirror("planetoid/Cora/raw", raw_dir, RAW_FILES)
     if not have_raw and not download:
         raise DatasetNotFoundError(
-            f"cora: raw files not found in {raw_dir} (download=False); put {', '.join(RAW_FILES)} there, "
-            f"or set ${MIRROR_ENV} to a folder holding planetoid/Cora/raw/", raw_dir)
+            f"cora: raw files not found in {raw_dir} (download=False); put {', '.join(RAW_FILES)} there; "
+            f"{mirror_hint('planetoid/Cora/raw')}", raw_dir)
     data = _planetoid_class()(str(root / "planetoid"), "Cora")[0]
     return NodeDataset(
         name=name, x=data.x.float(), y=data.y.long(), edge_index=data.edge_index.long(),

@@ -54,3 +54,11 @@ def test_cora_download_disabled(no_mirror, tmp_path, monkeypatch):
     with pytest.raises(DatasetNotFoundError, match="download=False") as info:
         load_dataset("cora", tmp_path, download=False)
     assert info.value.path == tmp_path / "planetoid" / "Cora" / "raw"
+
+
+def test_cora_with_a_mirror_that_lacks_it_says_so(no_mirror, tmp_path, monkeypatch):
+    monkeypatch.setenv("GRAPHFUSE_DATA_MIRROR", str(tmp_path / "wrong"))  # e.g. one level too deep
+    with pytest.raises(DatasetNotFoundError) as info:
+        load_dataset("cora", tmp_path / "root", download=False)
+    assert f"$GRAPHFUSE_DATA_MIRROR={tmp_path / 'wrong'} is set but holds no complete planetoid/Cora/raw/" in str(
+        info.value)

@@ -69,6 +69,7 @@ def test_download_disabled(offline, tmp_path):
     with pytest.raises(DatasetNotFoundError, match="download=False") as info:
         load_dataset("ogbn-products", tmp_path, download=False)
     assert info.value.path == tmp_path / "ogb" / "ogbn_products"
+    assert f"extract it in {tmp_path / 'ogb'} and rename its products/ folder to ogbn_products/" in str(info.value)
     assert offline == []
 
 

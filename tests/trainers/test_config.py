@@ -120,3 +120,16 @@ def test_build_model_rejects_an_unknown_backend():
     cfg = load_config(["model.backend=foo"])
     with pytest.raises(ConfigError, match="'model.backend': 'foo'; valid backends are: auto, .*reference"):
         build_model(cfg.model, 5, 3)
+
+
+def test_build_dataset_reports_bad_options_and_roots_as_config_errors(tmp_path):
+    from graphfuse.trainers.build import build_dataset
+
+    cfg = load_config(["data=synthetic", "data.options.num_nodes=abc"])
+    with pytest.raises(ConfigError, match="invalid data section for dataset 'synthetic': .*num_nodes"):
+        build_dataset(cfg.data)  # was a ValueError traceback (exit 1) from the loader
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    cfg = load_config(["data=cora", f"data.root={afile}"])
+    with pytest.raises(ConfigError, match="cannot use data.root="):
+        build_dataset(cfg.data)

@@ -37,3 +37,21 @@ def test_pyg_twins_follow_gcn_and_gat_experiments():
     assert reproduce.variants("gat_cora", "gat", pyg=True)[1] == ("gat_cora_pyg", ["model.name=pyg_gat"])
     assert len(reproduce.variants("sage_cora", "sage", pyg=True)) == 1
     assert len(reproduce.variants("gcn_cora", "gcn", pyg=False)) == 1
+
+
+def test_bad_arguments_fail_before_anything_trains(tmp_path, tiny_settings, capsys):
+    import pytest
+
+    reproduce = _load_script()
+    runs = tmp_path / "runs"
+    common = ["--seeds", "1", "--out", str(tmp_path / "results"), "--runs-dir", str(runs)]
+    with pytest.raises(SystemExit) as stop:  # the override after --experiments was taken as an experiment name
+        reproduce.main([*common, *tiny_settings, "--experiments", "gcn_synthetic", "trainer.max_epochs=2"])
+    assert stop.value.code == 2 and "put key=value overrides before --experiments" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:  # every seed would have run with seed 7
+        reproduce.main([*common, "--experiments", "gcn_synthetic", "--", *tiny_settings, "seed=7"])
+    assert stop.value.code == 2 and "seed cannot be overridden" in capsys.readouterr().err
+    # a typo in the last experiment: refused before gcn_synthetic trains
+    settings = [item for item in tiny_settings if not item.startswith("experiment=")]
+    assert reproduce.main([*common, "--experiments", "gcn_synthetic", "nope", "--", *settings]) == 2
+    assert "unknown experiment 'nope'" in capsys.readouterr().err and not runs.exists()

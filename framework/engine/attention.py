@@ -310,6 +310,9 @@ def gat_aggregate(
                          f"got {tuple(h.shape)}")
     if h.device != graph.device:
         raise ValueError(f"gat_aggregate: h is on {h.device} but the graph is on {graph.device}")
+    if backend == FUSED and h.dtype != alpha_src.dtype:
+        raise TypeError(f"gat_aggregate: the fused kernel needs h and the attention scores in one dtype; got "
+                        f"{h.dtype} and {alpha_src.dtype} (use backend='reference' or 'auto')")
     if not _use_fused("gat_aggregate", graph.device, alpha_src.dtype, backend) or h.dtype != alpha_src.dtype:
         return reference_gat_aggregate(graph, h, alpha_src, alpha_dst, negative_slope, dropout, training,
                                        None if backend in (None, FUSED) else backend)

@@ -28,8 +28,9 @@ def _seed_permuted(graph: Graph, weight: Tensor, fmt: str, value: Tensor) -> Non
 def run(graph: Graph, self_loops: bool, fill_value: float, norm: str) -> Graph:
     """The fused stage (semantics of :func:`graphfuse.graph.process_graph`) on a CUDA graph."""
     weight = graph.edge_weight
-    p = graph_processing.process(graph.edge_index, graph.num_src, graph.num_dst, weight, self_loops=self_loops,
-                                 fill_value=fill_value, norm=norm)
+    p = graph_processing.process(graph.edge_index, graph.num_src, graph.num_dst,
+                                 None if weight is None else weight.contiguous(),  # e.g. a column of edge_attr
+                                 self_loops=self_loops, fill_value=fill_value, norm=norm)
     if not self_loops and norm == "none":
         out, values = graph, weight  # formats of the graph itself; its weights stay the COO-order values
     else:

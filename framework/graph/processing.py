@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch
+
 from graphfuse.graph import norm as reference
 from graphfuse.graph.graph import Graph
 
@@ -60,6 +62,12 @@ def _fused(op: str, graph: Graph, backend: str | None) -> Stage | None:
         if backend == "fused":
             raise ValueError(f"{op}: the fused stage does not differentiate edge weights, and graph.edge_weight "
                              "requires grad; use backend='reference' or 'auto'")
+        return None
+    weight = graph.edge_weight
+    if weight is not None and weight.dtype not in (torch.float32, torch.float64):
+        if backend == "fused":
+            raise TypeError(f"{op}: the fused stage takes float32/float64 edge weights; got {weight.dtype} "
+                            "(use backend='reference' or 'auto')")
         return None
     stage = _STAGES.get(graph.device.type)
     if stage is not None and stage.is_available():

@@ -124,6 +124,12 @@ def test_registered_stage_routing(monkeypatch):
     assert len(calls) == 3
     with pytest.raises(ValueError, match="gcn_norm: no fused graph-processing stage runs on cpu graphs"):
         processing.gcn_norm(g, backend="fused")
+    monkeypatch.setitem(processing._STAGES, "cpu", Stage(run=fake, is_available=lambda: True))
+    half = Graph(g.edge_index, num_nodes=g.num_nodes, edge_weight=g.edge_weight.half())
+    processing.gcn_norm(half)  # a dtype the fused stage refuses: the reference under "auto"
+    assert len(calls) == 3
+    with pytest.raises(TypeError, match="gcn_norm: the fused stage takes float32/float64 edge weights"):
+        processing.gcn_norm(half, backend="fused")
 
 
 def test_dispatch_validation():

@@ -100,6 +100,8 @@ def test_aggregate_validation():
     g, h, a_src, a_dst = attention_inputs("isolated", 2, 3, torch.float32)
     with pytest.raises(ValueError, match=r"gat_aggregate: h must have shape \(num_src=60, H=2, C\)"):
         gat_aggregate(g, h[:, :1], a_src, a_dst)
+    with pytest.raises(TypeError, match="gat_aggregate: the fused kernel needs h and the attention scores in one"):
+        gat_aggregate(g, h.double(), a_src, a_dst, backend="fused")  # was the reference, silently
 
 
 def test_reference_scores_and_validation():

@@ -31,6 +31,8 @@ class Backend:
         devices: device types it runs on (``{"cpu", "cuda"}`` for the reference).
         deterministic_on: device types on which its results are bitwise identical across runs (no
             floating-point atomics there).
+        torch_deterministic: built from PyTorch ops only, which ``torch.use_deterministic_algorithms(True)``
+            makes deterministic (or makes raise) on every device: deterministic wherever that flag is on.
         is_available: whether its runtime (e.g. CuPy) can be used here.
         priority: order among candidates for ``"auto"`` (higher first).
         supports: optional predicate ``(op, **call) -> bool`` refining which calls it can take under "auto";
@@ -43,6 +45,7 @@ class Backend:
     ops: Mapping[str, Callable[..., Any]]
     devices: frozenset[str]
     deterministic_on: frozenset[str] = frozenset()
+    torch_deterministic: bool = False
     is_available: Callable[[], bool] = lambda: True
     priority: int = 0
     supports: Callable[..., bool] | None = field(default=None)
@@ -123,12 +126,13 @@ def resolve(
             if (
                 op in candidate.ops
                 and device.type in candidate.devices
-                and (device.type in candidate.deterministic_on or not deterministic)
+                and (not deterministic or _deterministic(candidate, device))
                 and candidate.is_available()
                 and (candidate.supports is None or candidate.supports(op, **call))
             ):
                 return candidate.ops[op]
-        raise ValueError(f"{op}: no registered backend runs on {device.type} tensors")
+        what = "deterministically (deterministic results were asked for) " if deterministic else ""
+        raise ValueError(f"{op}: no registered backend runs this call {what}on {device.type} tensors")
     if name not in _REGISTRY:
         raise ValueError(f"{op}: unknown backend {name!r}; valid: {['auto', *registered_backends()]}")
     chosen = _REGISTRY[name]
@@ -138,7 +142,7 @@ def resolve(
         raise ValueError(
             f"{op}: backend {name!r} runs on {sorted(chosen.devices)} tensors; got tensors on {device.type}"
         )
-    if deterministic and device.type not in chosen.deterministic_on:
+    if deterministic and not _deterministic(chosen, device):
         raise ValueError(
             f"{op}: backend {name!r} is not deterministic on {device.type} (it uses atomics there), but "
             "deterministic results were asked for"
@@ -151,6 +155,12 @@ def resolve(
     return chosen.ops[op]
 
 
+def _deterministic(backend: Backend, device: torch.device) -> bool:
+    """Whether ``backend`` gives bitwise-reproducible results on ``device`` as PyTorch is set now."""
+    return device.type in backend.deterministic_on or (
+        backend.torch_deterministic and torch.are_deterministic_algorithms_enabled())
+
+
 def resolve_cached(cache: dict, signature: tuple, op: str, device: torch.device, backend: str | None = None,
                    deterministic: bool | None = None, **call: Any) -> Callable[..., Any]:
     """:func:`resolve`, memoised in ``cache`` (one per graph) under ``signature``: what, besides the registry,
@@ -160,7 +170,8 @@ def resolve_cached(cache: dict, signature: tuple, op: str, device: torch.device,
     more host time than the kernel; the memo turns it into one dictionary lookup."""
     if deterministic is None:
         deterministic = torch.are_deterministic_algorithms_enabled()
-    key = (op, _generation, _default_backend if backend is None else backend, deterministic, signature)
+    key = (op, _generation, _default_backend if backend is None else backend, deterministic,
+           torch.are_deterministic_algorithms_enabled(), signature)
     impl = cache.get(key)
     if impl is None:
         impl = cache[key] = resolve(op, device, backend, deterministic, **call)

@@ -70,6 +70,7 @@ register_backend(
              "sampled_aggregate": sampled_aggregate},
         devices=frozenset({"cpu", "cuda"}),
         deterministic_on=frozenset({"cpu"}),
+        torch_deterministic=True,  # on CUDA under torch.use_deterministic_algorithms(True) (index_add_ and co.)
         priority=-100,
     )
 )

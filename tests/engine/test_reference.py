@@ -160,6 +160,13 @@ def test_deterministic_request_and_default_backend():
     assert torch.equal(graphfuse.aggregate(g, x, deterministic=True), graphfuse.aggregate(g, x))
     with pytest.raises(ValueError, match="not deterministic on cuda"):
         resolve("aggregate", torch.device("cuda"), "reference", deterministic=True)
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)  # PyTorch's own ops (the reference's) are deterministic then
+    try:
+        assert resolve("aggregate", torch.device("cuda"), "reference") is reference.aggregate
+        assert resolve("edge_softmax", torch.device("cuda"), "reference", deterministic=True) is reference.edge_softmax
+    finally:
+        torch.use_deterministic_algorithms(previous)
     with graphfuse.use_backend("reference"):
         assert graphfuse.engine.get_default_backend() == "reference"
     assert graphfuse.engine.get_default_backend() == "auto"

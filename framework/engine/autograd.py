@@ -424,18 +424,36 @@ def sddmm(graph: Graph, a: Tensor, b: Tensor, edge_weight: Tensor | None = None)
 
 
 def edge_softmax(graph: Graph, scores: Tensor) -> Tensor:
-    """Engine ``edge_softmax`` without atomics: per-target segment reductions over CSR-ordered scores."""
+    """Engine ``edge_softmax`` without atomics, forward or backward: per-target segment reductions over
+    CSR-ordered scores (:class:`SegmentSoftmax`); the two reorderings are permutations (each element moved
+    once, also in their backward)."""
     if graph.num_edges == 0:
         return scores.clone()
     csr = graph.csr
-    lengths = graph.in_degree
-    s = scores.index_select(0, csr.perm)
-    row_max = torch.segment_reduce(s.detach(), "max", lengths=lengths, unsafe=True)
-    e = (s - row_max.index_select(0, csr.row)).exp()
-    denom = torch.segment_reduce(e, "sum", lengths=lengths, unsafe=True)
-    out_csr = e / denom.index_select(0, csr.row)
+    out_csr = SegmentSoftmax.apply(scores.index_select(0, csr.perm), graph.in_degree, csr.row)
     inverse = graph.cached(("kernels", "inverse_csr"), lambda: torch.argsort(csr.perm))
     return out_csr.index_select(0, inverse)
+
+
+class SegmentSoftmax(torch.autograd.Function):
+    """Softmax of each segment of ``s`` (consecutive ``lengths`` entries; ``row`` is each entry's segment). The
+    backward, ``y · (g − Σ_segment g·y)``, gathers and segment-sums: no ``index_select`` backward, whose
+    index_add uses atomics on CUDA (nondeterministic with repeated indices)."""
+
+    @staticmethod
+    def forward(ctx: Any, s: Tensor, lengths: Tensor, row: Tensor) -> Tensor:
+        row_max = torch.segment_reduce(s, "max", lengths=lengths, unsafe=True)
+        e = (s - row_max.index_select(0, row)).exp()
+        y = e / torch.segment_reduce(e, "sum", lengths=lengths, unsafe=True).index_select(0, row)
+        ctx.save_for_backward(y, lengths, row)
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: Tensor) -> tuple:
+        y, lengths, row = ctx.saved_tensors
+        dots = torch.segment_reduce(grad * y, "sum", lengths=lengths, unsafe=True)
+        return y * (grad - dots.index_select(0, row)), None, None
 
 
 # ------------------------------------------------------------------------------------------ choice

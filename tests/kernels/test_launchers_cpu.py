@@ -131,6 +131,24 @@ def test_edge_softmax_matches_reference(case, heads):
     torch.testing.assert_close(a, b)
 
 
+def test_edge_softmax_backward_has_no_atomic_scatter():
+    """Every index_select in the backward graph moves each element once (a permutation): its backward's
+    index_add then has no colliding atomics on CUDA. A gather by target (repeated indices) would."""
+    g = make_graph_case("hub")
+    out = autograd.edge_softmax(g, torch.randn(g.num_edges, 2, requires_grad=True))
+    pending, seen = [out.grad_fn], []
+    while pending:
+        node = pending.pop()
+        if node is None:
+            continue
+        seen.append(type(node).__name__)
+        if type(node).__name__.startswith("IndexSelectBackward"):
+            index = node._saved_index
+            assert index.unique().numel() == index.numel() == g.num_edges
+        pending += [next_fn for next_fn, _ in node.next_functions]
+    assert "SegmentSoftmaxBackward" in seen
+
+
 def test_choose():
     g = make_graph_case("hub")  # 700 edges / 300 nodes
     x = torch.randn(300, 8)

@@ -49,7 +49,7 @@ class HpSpmmPlan(rt.Plan):
         self.npw = npw or sddmm.NNZ_PER_WARP[0]
         if nnz and k and not npw:
             index = rt.device_index(self.device)
-            full = rt.full_wave(FILE, name, index, rt.BLOCK)
+            full = rt.full_wave(FILE, name, index, rt.BLOCK, family)
             self.npw = sddmm.nnz_per_warp(nnz * tiles, full, workers=rt.BLOCK // group)
         workers = -(-nnz // self.npw)
         self.kernel = rt.Kernel(FILE, name, self.device, (-(-workers // (rt.BLOCK // group)), tiles), (rt.BLOCK,),

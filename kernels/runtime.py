@@ -267,10 +267,11 @@ class Plan:
 
 
 @functools.cache
-def full_wave(filename: str, name: str, index: int, block: int) -> int:
+def full_wave(filename: str, name: str, index: int, block: int, family: tuple[str, ...] = ()) -> int:
     """Blocks of ``name`` the whole GPU runs at once: SM count × the kernel's occupancy (active blocks per
-    SM at ``block`` threads, from its compiled register and shared-memory use)."""
-    fn = get_function(filename, name, index)
+    SM at ``block`` threads, from its compiled register and shared-memory use). ``family``: see
+    :func:`get_function` (a launcher whose first need of the kernel is this passes the family it launches with)."""
+    fn = get_function(filename, name, index, family)
     per_sm = _cupy().cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.ptr, block, 0)
     return torch.cuda.get_device_properties(index).multi_processor_count * max(1, per_sm)
 

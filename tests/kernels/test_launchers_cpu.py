@@ -3,6 +3,7 @@ the atomic-free edge softmax and the "auto" choice."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -13,7 +14,7 @@ import torch
 import graphfuse
 from cases import make_graph_case
 from graphfuse.engine import autograd, reference
-from graphfuse.kernels import gar, gas, radix_sort, spmm
+from graphfuse.kernels import gar, gas, radix_sort, runtime, spmm
 
 
 def test_kernels_import_without_cupy():
@@ -444,3 +445,36 @@ def test_launch_binds_the_primary_context_only_when_another_is_current(monkeypat
     assert launched[-1] == (56, 1, 1, 1, 32, 1, 1, 0, 1000, rt._args.address, 0) and entered == [0]
     rt._launch(57, 1, (1, 1, 1, 32, 1, 1, 0), ())  # a device not seen yet
     assert launched[-1][0] == 57 and launched[-1][8] == 1001 and entered == [0, 1]
+
+
+def test_hp_spmm_siblings_compile_in_one_nvrtc_call(monkeypatch):
+    """The first need of an HP-SpMM instance is Dynamic Task Partition's occupancy query (full_wave): it
+    compiles the plan's whole family, so the weighted/unweighted × sum/mean siblings cost one compile."""
+    from graphfuse.kernels import hp_spmm
+
+    compiles = []
+
+    class RawModule:
+        def __init__(self, code, options, name_expressions):
+            compiles.append(list(name_expressions))
+
+        def get_function(self, name):
+            return SimpleNamespace(kernel=SimpleNamespace(ptr=1))
+
+    fake = SimpleNamespace(RawModule=RawModule, cuda=SimpleNamespace(
+        Device=lambda index: contextlib.nullcontext(),
+        driver=SimpleNamespace(occupancyMaxActiveBlocksPerMultiprocessor=lambda *args: 4)))
+    monkeypatch.setattr(runtime, "_cupy", lambda: fake)
+    monkeypatch.setattr(runtime, "_functions", {})
+    monkeypatch.setattr(runtime, "device_index", lambda device: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: SimpleNamespace(multi_processor_count=132))
+    runtime.full_wave.cache_clear()
+    rowptr, col = _csr()
+    row = torch.repeat_interleave(torch.arange(rowptr.numel() - 1), rowptr.diff())
+    try:
+        for weighted in (False, True):
+            for reduce in ("sum", "mean"):
+                hp_spmm.HpSpmmPlan(rowptr, row, col, k=64, dtype=torch.float32, reduce=reduce, weighted=weighted)
+    finally:
+        runtime.full_wave.cache_clear()
+    assert len(compiles) == 1 and len(compiles[0]) == 4

@@ -101,6 +101,7 @@ def es_spmm(
     strategy: str,
     seed: int = 0,
     reduce: str = "sum",
+    validate: bool = True,
 ) -> Tensor:
     """``out[r] = reduce over the kept entries j of row r of values[j] * x[col[j]]``, scaled (see the module
     docstring); 0 for empty rows.
@@ -113,11 +114,14 @@ def es_spmm(
         strategy: "bucket", "fastrand" or "random".
         seed: seeds "random"'s hash (an int in [0, 2**63)); ignored by the other strategies.
         reduce: "sum", "mean", "max" or "min".
+        validate: check the index values (one host sync; see :func:`graphfuse.kernels.runtime.check_indices`).
 
     Returns:
         out (R, K), x's dtype.
     """
     _check(rowptr, col, x, values, width, strategy, seed, reduce)
+    if validate:
+        rt.check_indices("es_spmm", ("rowptr", rowptr, "col", col), [("col", col, x.size(0))])
     plan = EsSpmmPlan(rowptr, col, k=x.size(1), dtype=x.dtype, reduce=reduce, weighted=values is not None,
                       width=width, strategy=strategy, seed=seed)
     return plan(x, values)

@@ -58,10 +58,12 @@ def gar_forward(
     reduce: str = "sum",
     heads: int = 1,
     return_arg: bool = False,
+    validate: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
     """``out[i] = reduce_{j in row i} values[j] * x[col[j]]`` with one block per row (0 for empty rows).
 
     Returns ``(out, arg)``; ``arg`` (max/min entry positions) only when ``return_arg`` and reduce is max/min.
+    ``validate``: check the index values (one host sync; see :func:`graphfuse.kernels.runtime.check_indices`).
     """
     op = "gar_forward"
     if reduce not in rt.REDUCE_CODES:
@@ -72,6 +74,8 @@ def gar_forward(
     c = rt.check_heads(op, k, heads)
     wmode = _weights(op, values, col.numel(), heads, x)
     device = rt.check_devices(op, {"x": x, "rowptr": rowptr, "col": col, "values": values})
+    if validate:
+        rt.check_indices(op, ("rowptr", rowptr, "col", col), [("col", col, x.size(0))])
     out = torch.empty(num_rows, k, dtype=x.dtype, device=device)
     extremum = reduce in ("max", "min")
     arg = torch.empty(num_rows, k, dtype=torch.int64, device=device) if (return_arg and extremum) else None
@@ -104,6 +108,7 @@ def gar_backward(
     need_dw: bool = False,
     edge_id: Tensor | None = None,
     gather_arg: Tensor | None = None,
+    validate: bool = True,
 ) -> tuple[Tensor | None, Tensor | None]:
     """Fused backward over CSC: ``dx[s] = sum_{e=(s->t)} w_e * grad[t]`` and ``dw[e] = <grad[t], x[s]>`` per head.
 
@@ -116,6 +121,7 @@ def gar_backward(
         edge_perm: COO edge id of each CSC entry (where ``dw`` is written; needed for ``need_dw``).
         edge_id, gather_arg: max/min backward: an entry counts at column k only where
             ``gather_arg[row[p], k] == edge_id[p]``.
+        validate: check the index values (one host sync; see :func:`graphfuse.kernels.runtime.check_indices`).
 
     Returns:
         ``(dx, dw)``: dx (num_src, K) or None; dw (E,) for heads == 1, else (E, heads), or None.
@@ -142,6 +148,9 @@ def gar_backward(
     device = rt.check_devices(op, {"grad": grad, "colptr": colptr, "row": row, "x": x if need_dw else None,
                                        "values": values, "edge_perm": edge_perm if need_dw else None, "edge_id": edge_id,
                                        "gather_arg": gather_arg})
+    if validate:
+        rt.check_indices(op, ("colptr", colptr, "row", row),
+                         [("row", row, grad.size(0)), ("edge_perm", edge_perm if need_dw else None, nnz)])
     dx = torch.empty(num_src, k, dtype=grad.dtype, device=device) if need_dx else None
     dw = None
     if need_dw:

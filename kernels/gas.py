@@ -66,9 +66,11 @@ def gas_forward(
     heads: int = 1,
     self_loops: bool = False,
     self_weight: Tensor | None = None,
+    validate: bool = True,
 ) -> Tensor:
     """``out[dst_e] += values[e] * x[src_e]`` over all edges (atomics), plus ``self_weight[i] * x[i]`` for
     i < num_dst when ``self_loops`` (weight 1 when ``self_weight`` is None; needs num_src >= num_dst).
+    ``validate``: check the index values (one host sync; see :func:`graphfuse.kernels.runtime.check_indices`).
     """
     op = "gas_forward"
     rt.check_tensor(op, "x", x, dtypes=rt.FLOAT_DTYPES, ndim=2)
@@ -78,6 +80,8 @@ def gas_forward(
     if num_self > x.size(0):
         raise ValueError(f"{op}: self loops need x with at least num_dst={num_dst} rows; got {x.size(0)}")
     wmode, c = _common(op, src, dst, x, values, heads, self_weight, num_self)
+    if validate:
+        rt.check_indices(op, None, [("src", src, x.size(0)), ("dst", dst, num_dst)])
     k = x.size(1)
     out = torch.zeros(num_dst, k, dtype=x.dtype, device=x.device)
     total = src.numel() + num_self
@@ -106,10 +110,12 @@ def gas_backward(
     need_dw: bool = False,
     self_loops: bool = False,
     self_weight: Tensor | None = None,
+    validate: bool = True,
 ) -> tuple[Tensor | None, Tensor | None]:
     """``dx[src_e] += values[e] * grad[dst_e]`` (atomics) and ``dw[e] = <grad[dst_e], x[src_e]>`` per head.
 
     Returns ``(dx, dw)``: dx (num_src, K) or None, dw (E,) for heads == 1 else (E, heads), or None.
+    ``validate``: check the index values (one host sync; see :func:`graphfuse.kernels.runtime.check_indices`).
     """
     op = "gas_backward"
     rt.check_tensor(op, "grad", grad, dtypes=rt.FLOAT_DTYPES, ndim=2)
@@ -126,6 +132,8 @@ def gas_backward(
                         shape_text=f"(num_src={num_src}, K={k})")
         rt.check_devices(op, {"grad": grad, "x": x})
     wmode, c = _common(op, src, dst, grad, values, heads, self_weight, num_self)
+    if validate:
+        rt.check_indices(op, None, [("src", src, num_src), ("dst", dst, grad.size(0))])
     e = src.numel()
     dx = torch.zeros(num_src, k, dtype=grad.dtype, device=grad.device) if need_dx else None
     dw = None

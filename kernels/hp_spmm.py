@@ -73,13 +73,14 @@ class HpSpmmPlan(rt.Plan):
 
 
 def hp_spmm(rowptr: Tensor, row: Tensor, col: Tensor, x: Tensor, values: Tensor | None = None, *,
-            reduce: str = "sum") -> Tensor:
+            reduce: str = "sum", validate: bool = True) -> Tensor:
     """``out[r] = reduce_{j in row r} values[j] * x[col[j]]`` (sum, or mean = sum / degree; 0 for empty rows).
 
     Args:
         rowptr: row offsets; row: the row of each entry (the hybrid form's COO half); col: gathered rows of x.
         x: dense features; values: per-entry weights in entry order, or None (unweighted).
         reduce: "sum" or "mean".
+        validate: check the index values (one host sync; see :func:`graphfuse.kernels.runtime.check_indices`).
     """
     op = "hp_spmm"
     if reduce not in REDUCES:
@@ -90,6 +91,9 @@ def hp_spmm(rowptr: Tensor, row: Tensor, col: Tensor, x: Tensor, values: Tensor 
     if values is not None:
         rt.check_tensor(op, "values", values, dtypes=(x.dtype,), ndim=1, shape=(nnz,), shape_text=f"(nnz={nnz},)")
     rt.check_devices(op, {"x": x, "rowptr": rowptr, "row": row, "col": col, "values": values})
+    if validate:
+        rt.check_indices(op, ("rowptr", rowptr, "col", col),
+                         [("row", row, rowptr.numel() - 1), ("col", col, x.size(0))])
     plan = HpSpmmPlan(rowptr, row, col, k=x.size(1), dtype=x.dtype, reduce=reduce, weighted=values is not None)
     return plan(x, values)
 

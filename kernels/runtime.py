@@ -351,6 +351,37 @@ def check_csr(op: str, rowptr: Any, col: Any, x: Any) -> None:
     check_tensor(op, "col", col, dtypes=(torch.int32,), ndim=1)
 
 
+def check_indices(op: str, csr: tuple[str, Tensor, str, Tensor] | None,
+                  bounds: Sequence[tuple[str, Tensor | None, int]] = ()) -> None:
+    """Raise ValueError naming the argument unless the values the kernels address memory with are valid: the
+    offsets of ``csr = (ptr name, ptr, index name, index)`` start at 0, never decrease and end at the index's
+    length, and each ``bounds`` tensor (None: skipped) holds values in [0, bound). One host sync: the launchers'
+    public functions run it; the engine's own calls, on graphs validated when built, pass ``validate=False``."""
+    facts: list[Tensor] = []  # int64 scalars on the tensors' device, read back together
+    if csr is not None:
+        ptr_name, ptr, index_name, index = csr
+        facts += [ptr[0], (ptr.diff() < 0).any().long(), ptr[-1]]
+    checked = [(name, t, bound) for name, t, bound in bounds if t is not None and t.numel()]
+    for _, t, _ in checked:
+        facts += [v.long() for v in torch.aminmax(t)]
+    if not facts:
+        return
+    values = torch.stack(facts).tolist()
+    if csr is not None:
+        first, decreases, last = values[:3]
+        values = values[3:]
+        if first != 0:
+            raise ValueError(f"{op}: {ptr_name} must start at 0; got {first}")
+        if decreases:
+            raise ValueError(f"{op}: {ptr_name} must not decrease (row offsets)")
+        if last != index.numel():
+            raise ValueError(f"{op}: {ptr_name} must end at the number of entries of {index_name} "
+                             f"({index.numel()}); got {last}")
+    for (name, _, bound), low, high in zip(checked, values[0::2], values[1::2]):
+        if low < 0 or high >= bound:
+            raise ValueError(f"{op}: {name} must hold values in [0, {bound}); got values in [{low}, {high}]")
+
+
 def check_heads(op: str, k: int, heads: int) -> int:
     """Validate ``heads`` against the feature width ``k``; returns C = k // heads."""
     if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1:

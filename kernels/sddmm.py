@@ -45,8 +45,9 @@ def nnz_per_warp(tasks: int, full_wave: int, workers: int = rt.BLOCK // 32) -> i
 
 
 def hp_sddmm(row: Tensor, col: Tensor, perm: Tensor, a: Tensor, b: Tensor, *, heads: int = 1,
-             scale: Tensor | None = None) -> Tensor:
-    """Per-edge dot products (see the module docstring). ``a`` and ``b`` hold ``heads`` blocks of C columns."""
+             scale: Tensor | None = None, validate: bool = True) -> Tensor:
+    """Per-edge dot products (see the module docstring). ``a`` and ``b`` hold ``heads`` blocks of C columns.
+    ``validate``: check the index values (one host sync; see :func:`graphfuse.kernels.runtime.check_indices`)."""
     op = "hp_sddmm"
     rt.check_tensor(op, "a", a, dtypes=rt.FLOAT_DTYPES, ndim=2)
     k = a.size(1)
@@ -59,6 +60,8 @@ def hp_sddmm(row: Tensor, col: Tensor, perm: Tensor, a: Tensor, b: Tensor, *, he
     if scale is not None:
         rt.check_tensor(op, "scale", scale, dtypes=(a.dtype,), ndim=1, shape=(nnz,), shape_text=f"(E={nnz},)")
     device = rt.check_devices(op, {"a": a, "b": b, "row": row, "col": col, "perm": perm, "scale": scale})
+    if validate:
+        rt.check_indices(op, None, [("row", row, a.size(0)), ("col", col, b.size(0)), ("perm", perm, nnz)])
     out = torch.empty((nnz,) if heads == 1 else (nnz, heads), dtype=a.dtype, device=device)
     if nnz == 0 or c == 0:
         return out.zero_() if c == 0 else out

@@ -194,6 +194,7 @@ def gespmm(
     return_arg: bool = False,
     edge_id: Tensor | None = None,
     gather_arg: Tensor | None = None,
+    validate: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
     """``out[r] = reduce_{j in row r} values[j] * x[col[j]]`` (0 for empty rows).
 
@@ -207,6 +208,7 @@ def gespmm(
         return_arg: also return the position of the max/min entry (needed by the backward pass).
         edge_id, gather_arg: "argmask" mode (reduce="sum" only): entry j contributes to column k only when
             ``gather_arg[col[j], k] == edge_id[j]`` (the max/min backward over the transpose).
+        validate: check the index values (one host sync; see :func:`graphfuse.kernels.runtime.check_indices`).
 
     Returns:
         ``(out, arg)``; ``arg`` is None unless ``return_arg`` and reduce is max/min.
@@ -216,6 +218,8 @@ def gespmm(
         edge_id: (nnz,) int64; gather_arg: (num_cols, K) int64; out: (R, K); arg: (R, K) int64.
     """
     _check(rowptr, col, x, values, reduce, heads, schedule, edge_id, gather_arg)
+    if validate:
+        rt.check_indices("gespmm", ("rowptr", rowptr, "col", col), [("col", col, x.size(0))])
     plan = GespmmPlan(rowptr, col, k=x.size(1), dtype=x.dtype, reduce=reduce, heads=heads,
                       wmode=0 if values is None else values.dim(), schedule=schedule,
                       track=return_arg and reduce in ("max", "min"), argmask=edge_id is not None)

@@ -169,7 +169,8 @@ class FusedGatAggregate(torch.autograd.Function):
         need_src, need_dst = ctx.needs_input_grad[2], ctx.needs_input_grad[3]
         if need_src or need_dst:
             _, dalpha = gar_kernels.gar_backward(csc.colptr, row32, g, h, None, heads=heads,
-                                                 edge_perm=graph.csr_to_csc, need_dx=False, need_dw=True)
+                                                 edge_perm=graph.csr_to_csc, need_dx=False, need_dw=True,
+                                                 validate=False)
             d_src, d_dst = _backward(graph, dalpha.view(-1, heads), None, graph.csr_to_csc,
                                      (a_src, a_dst, row_max, row_sum), ctx.slope, ctx.dropout, ctx.seed,
                                      need_src, need_dst)

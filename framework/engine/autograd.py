@@ -128,7 +128,7 @@ def hp_plan(graph: Graph, fmt: str, x: Tensor, *, reduce: str = "sum", weighted:
 def _edge_dots(graph: Graph, a: Tensor, b: Tensor, heads: int) -> Tensor:
     """``<a[dst_e], b[src_e]>`` per head in COO order: HP-SDDMM over the graph's hybrid CSR/COO form."""
     csr = graph.csr
-    return sddmm_kernels.hp_sddmm(csr.row, _index32(graph, "csr"), csr.perm, a, b, heads=heads)
+    return sddmm_kernels.hp_sddmm(csr.row, _index32(graph, "csr"), csr.perm, a, b, heads=heads, validate=False)
 
 
 def _perm(graph: Graph, fmt: str) -> Tensor:
@@ -206,7 +206,8 @@ class GespmmAggregate(torch.autograd.Function):
             dw = _edge_dots(graph, g, x, heads)
         elif w is not None and ctx.needs_input_grad[2]:  # max/min: only the chosen entries get a gradient
             _, dw = gar_kernels.gar_backward(csc.colptr, _index32(graph, "csc"), g, x, None, heads=heads,
-                                             edge_perm=csc.perm, need_dx=False, need_dw=True, **mask)
+                                             edge_perm=csc.perm, need_dx=False, need_dw=True, validate=False,
+                                             **mask)
         return None, dx, dw, None, None
 
 
@@ -218,7 +219,7 @@ class GarAggregate(torch.autograd.Function):
         csr = graph.csr
         need_arg = reduce in ("max", "min") and any(ctx.needs_input_grad[1:3])
         out, arg = gar_kernels.gar_forward(csr.rowptr, _index32(graph, "csr"), x, _permuted(graph, w, "csr"),
-                                           reduce=reduce, heads=heads, return_arg=need_arg)
+                                           reduce=reduce, heads=heads, return_arg=need_arg, validate=False)
         ctx.graph, ctx.reduce, ctx.heads = graph, reduce, heads
         ctx.save_for_backward(x, w, arg)
         return out
@@ -237,7 +238,7 @@ class GarAggregate(torch.autograd.Function):
         mask = {"edge_id": graph.csr_to_csc, "gather_arg": arg} if arg is not None else {}
         dx, dw = gar_kernels.gar_backward(csc.colptr, _index32(graph, "csc"), g, x if need_dw else None,
                                           _permuted(graph, w, "csc"), heads=heads, edge_perm=csc.perm,
-                                          need_dx=need_dx, need_dw=need_dw, **mask)
+                                          need_dx=need_dx, need_dw=need_dw, validate=False, **mask)
         return None, dx, dw, None, None
 
 
@@ -248,7 +249,7 @@ class GasAggregate(torch.autograd.Function):
     def forward(ctx: Any, graph: Graph, x: Tensor, w: Tensor | None, reduce: str, heads: int) -> Tensor:
         src, dst = graph.edge_index
         wc = None if w is None else w.detach().contiguous()
-        out = gas_kernels.gas_forward(src, dst, x, wc, num_dst=graph.num_dst, heads=heads)
+        out = gas_kernels.gas_forward(src, dst, x, wc, num_dst=graph.num_dst, heads=heads, validate=False)
         if reduce == "mean":
             out = out / _gas_degree(graph).clamp(min=1).to(out.dtype).unsqueeze(1)
         ctx.graph, ctx.reduce, ctx.heads = graph, reduce, heads
@@ -270,7 +271,7 @@ class GasAggregate(torch.autograd.Function):
         src, dst = graph.edge_index
         dx, dw = gas_kernels.gas_backward(src, dst, g, x if need_dw else None,
                                           None if w is None else w.detach().contiguous(), num_src=graph.num_src,
-                                          heads=heads, need_dx=need_dx, need_dw=need_dw)
+                                          heads=heads, need_dx=need_dx, need_dw=need_dw, validate=False)
         return None, dx, dw, None, None
 
 

@@ -478,3 +478,49 @@ def test_hp_spmm_siblings_compile_in_one_nvrtc_call(monkeypatch):
     finally:
         runtime.full_wave.cache_clear()
     assert len(compiles) == 1 and len(compiles[0]) == 4
+
+
+def _bad_structures():
+    rowptr, col = _csr()  # 4 rows, 6 entries, columns < 4
+    x = torch.zeros(4, 8)
+    row = torch.repeat_interleave(torch.arange(4), rowptr.diff())
+    shifted, falling, short = rowptr + 1, torch.tensor([0, 3, 2, 5, 6]), rowptr.clone()
+    short[-1] = 5
+    far = col.clone()
+    far[2] = 4
+    return [
+        (lambda: spmm.gespmm(shifted, col, x), "gespmm: rowptr must start at 0; got 1"),
+        (lambda: spmm.gespmm(falling, col, x), "gespmm: rowptr must not decrease"),
+        (lambda: spmm.gespmm(short, col, x), r"gespmm: rowptr must end at the number of entries of col \(6\); got 5"),
+        (lambda: spmm.gespmm(rowptr, far, x), r"gespmm: col must hold values in \[0, 4\); got values in \[0, 4\]"),
+        (lambda: spmm.gespmm(rowptr, -far, x), r"gespmm: col must hold values in \[0, 4\); got values in \[-4, 0\]"),
+        (lambda: gar.gar_forward(rowptr, far, x), r"gar_forward: col must hold values in \[0, 4\)"),
+        (lambda: gar.gar_backward(rowptr, far, x, x, need_dw=True, edge_perm=torch.arange(6) + 1),
+         r"gar_backward: row must hold values in \[0, 4\)"),
+        (lambda: gar.gar_backward(rowptr, col, x, x, need_dw=True, edge_perm=torch.arange(6) + 1),
+         r"gar_backward: edge_perm must hold values in \[0, 6\); got values in \[1, 6\]"),
+        (lambda: gas.gas_forward(row, far.long(), x, num_dst=4), r"gas_forward: dst must hold values in \[0, 4\)"),
+        (lambda: gas.gas_backward(row + 1, col.long(), x, None, num_src=4),
+         r"gas_backward: src must hold values in \[0, 4\)"),
+    ]
+
+
+@pytest.mark.parametrize("index", range(10))
+def test_launchers_refuse_index_values_the_kernels_would_read_out_of_bounds_with(index, monkeypatch):
+    """Values, not only shapes: a column past x's rows or a broken row-offsets array is a ValueError naming
+    the argument, not an out-of-bounds read (CPU tensors stand in for CUDA ones: devices are accepted)."""
+    from graphfuse.kernels import es_spmm, hp_spmm, sddmm
+
+    monkeypatch.setattr(runtime, "check_devices", lambda op, tensors: torch.device("cpu"))
+    call, match = _bad_structures()[index]
+    with pytest.raises(ValueError, match=match):
+        call()
+    rowptr, col = _csr()
+    row = torch.repeat_interleave(torch.arange(4), rowptr.diff())
+    with pytest.raises(ValueError, match=r"hp_spmm: row must hold values in \[0, 4\)"):
+        hp_spmm.hp_spmm(rowptr, row + 1, col, torch.zeros(4, 8))
+    with pytest.raises(ValueError, match=r"es_spmm: col must hold values in \[0, 3\)"):
+        es_spmm.es_spmm(rowptr, col, torch.zeros(3, 8), width=4, strategy="bucket")
+    with pytest.raises(ValueError, match=r"hp_sddmm: perm must hold values in \[0, 6\)"):
+        sddmm.hp_sddmm(row, col, torch.arange(6) * 2, torch.zeros(4, 8), torch.zeros(4, 8))
+    assert runtime.check_indices("op", ("rowptr", rowptr, "col", col), [("col", col, 4), ("none", None, 1)]) is None

@@ -16,9 +16,13 @@ ARGS ?=
 
 .PHONY: install train test lint clean
 
-install: $(VENV)/.installed
+# One stamp per EXTRAS value: `make install EXTRAS=dev,wandb` after a first install still installs wandb.
+comma := ,
+STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-$(VENV)/.installed: pyproject.toml
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH)"
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"

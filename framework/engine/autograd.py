@@ -417,7 +417,7 @@ def sddmm(graph: Graph, a: Tensor, b: Tensor, edge_weight: Tensor | None = None)
     _check_dtype("sddmm", a)
     heads = a.size(1) if a.dim() == 3 else 1
     a2 = a.reshape(a.size(0), -1).contiguous()
-    b2 = b.reshape(b.size(0), -1).contiguous().to(a.dtype)
+    b2 = b.reshape(b.size(0), -1).contiguous()
     out = run(Sddmm, graph, a2, b2, heads)
     if edge_weight is None:
         return out

@@ -129,6 +129,8 @@ def sddmm(
 ) -> Tensor:
     """Per-edge dot products ``out[e] = w_e · <a[dst_e], b[src_e]>`` (sampled dense-dense product).
 
+    ``a`` and ``b`` share a dtype, the result's; ``edge_weight`` is cast to it.
+
     Shapes:
         a: (num_dst, F) or (num_dst, H, C); b: (num_src, F) or (num_src, H, C); edge_weight: (E,);
         out: (E,) or (E, H).
@@ -138,8 +140,11 @@ def sddmm(
     _check_nodes("sddmm", "b", b, graph.num_src, "num_src", graph)
     if a.shape[1:] != b.shape[1:]:
         raise ValueError(f"sddmm: a and b must share their trailing shape; got {tuple(a.shape)} and {tuple(b.shape)}")
+    if a.dtype != b.dtype:  # the kernel and the reference would otherwise disagree on the result's dtype
+        raise TypeError(f"sddmm: a and b must share a dtype; got {a.dtype} and {b.dtype}")
     if edge_weight is not None:
         _check_edges("sddmm", "edge_weight", edge_weight, graph, None)
+        edge_weight = edge_weight.to(a.dtype)  # as aggregate casts to x's
     impl = dispatcher.resolve("sddmm", a.device, backend, deterministic, graph=graph, a=a, b=b)
     return impl(graph, a, b, edge_weight)
 

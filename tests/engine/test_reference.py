@@ -105,6 +105,7 @@ def test_edge_softmax_normalises_per_target_and_is_stable():
         (lambda g: graphfuse.aggregate(g.edge_index, torch.randn(50, 4)), TypeError, "graph must be a graphfuse.Graph"),
         (lambda g: graphfuse.aggregate(g, torch.randn(50, 4), backend="nope"), ValueError, "unknown backend 'nope'"),
         (lambda g: graphfuse.sddmm(g, torch.randn(50, 4), torch.randn(50, 3)), ValueError, "trailing shape"),
+        (lambda g: graphfuse.sddmm(g, torch.randn(50, 4), torch.randn(50, 4).double()), TypeError, "share a dtype"),
         (lambda g: graphfuse.edge_softmax(g, torch.randn(299)), ValueError, r"scores must have shape \(E=300,\)"),
     ],
 )

@@ -96,7 +96,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/reproduce"),
                         help="folder of the run directories <name>/seed<k> (default runs/reproduce)")
     parser.add_argument("overrides", nargs="*", metavar="key=value",
-                        help="config overrides applied to every run, e.g. trainer.accelerator=cpu")
+                        help="config overrides applied to every run, e.g. trainer.accelerator=cpu (before "
+                             "--experiments, or after --)")
     args = parser.parse_args(argv)
     if args.seeds < 1:
         parser.error(f"--seeds must be >= 1; got {args.seeds}")

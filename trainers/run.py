@@ -6,6 +6,7 @@ The run directory (``output_dir``, default ``runs/<experiment>/seed<seed>``) hol
     checkpoints/best-*.ckpt  best val/acc;  checkpoints/last.ckpt  the latest epoch (what resume reads)
     logs/version_*/          CSV logs (metrics.csv: one row per epoch and stage)
     metrics.json             final train/val/test metrics of the best checkpoint, best epoch, timings, device
+    wandb_run_id             with wandb: the wandb run that ``trainer.resume`` continues
 """
 
 from __future__ import annotations

@@ -1,13 +1,14 @@
 """The one place where aggregation backends register and get chosen.
 
-A backend is a named set of op implementations (``aggregate``, ``sddmm``, ``edge_softmax``) with the device
-types it runs on and whether its results are run-to-run deterministic. ``"reference"`` (pure PyTorch) runs
+A backend is a named set of op implementations (``aggregate``, ``sddmm``, ``edge_softmax``,
+``sampled_aggregate``) with the device types it runs on and whether its results are run-to-run deterministic. ``"reference"`` (pure PyTorch) runs
 everywhere and is the CPU path; CUDA kernel backends register themselves from their own modules.
 
 Choice per call: an explicit ``backend=`` name is honoured or refused (never a silent fallback); ``"auto"``
-asks the backend's ``chooser`` for the best registered implementation for these tensors, honouring
-``deterministic=True`` (also implied by ``torch.use_deterministic_algorithms(True)``) by skipping backends
-that use atomics.
+takes the highest-``priority`` backend that has the op, runs on the device, is available and whose
+``supports(op, **call)`` accepts the call. With ``deterministic=True`` (the default under
+``torch.use_deterministic_algorithms(True)``) only backends deterministic on that device qualify: no float
+atomics there, or PyTorch ops only while that flag is on (the reference on CUDA).
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ from torch.autograd.function import once_differentiable
 
 from graphfuse.engine import dispatcher
 from graphfuse.engine.autograd import _index32, gespmm_plan, run
+from graphfuse.engine.edge_sampling import use_sampling
 from graphfuse.engine.functional import aggregate, edge_softmax
 from graphfuse.graph import Graph
 from graphfuse.kernels import gar as gar_kernels
@@ -56,9 +57,11 @@ def reference_gat_attention(graph: Graph, alpha_src: Tensor, alpha_dst: Tensor, 
 
 def reference_gat_aggregate(graph: Graph, h: Tensor, alpha_src: Tensor, alpha_dst: Tensor, negative_slope: float,
                             dropout: float, training: bool, backend: str | None = None) -> Tensor:
-    """:func:`reference_gat_attention`, then :func:`graphfuse.aggregate` of ``h`` with those weights."""
+    """:func:`reference_gat_attention`, then :func:`graphfuse.aggregate` of ``h`` with those weights (never
+    edge-sampled, as the fused kernel is not: :func:`graphfuse.engine.edge_sampling.use_sampling` leaves GAT exact)."""
     alpha = reference_gat_attention(graph, alpha_src, alpha_dst, negative_slope, dropout, training, backend)
-    return aggregate(graph, h, edge_weight=alpha, reduce="sum", backend=backend)
+    with use_sampling(None):
+        return aggregate(graph, h, edge_weight=alpha, reduce="sum", backend=backend)
 
 
 def reference_gat_scores(h: Tensor, att_src: Tensor, att_dst: Tensor) -> tuple[Tensor, Tensor]:

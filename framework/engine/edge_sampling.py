@@ -21,6 +21,7 @@ Shapes: as :func:`graphfuse.aggregate`; the kept entries are CSR positions (M,) 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -59,7 +60,7 @@ class EdgeSampling:
             raise ValueError(f"EdgeSampling: seed must be an int in [0, 2**63); got {self.seed!r}")
 
 
-_current: EdgeSampling | None = None
+_current: contextvars.ContextVar[EdgeSampling | None] = contextvars.ContextVar("sampling", default=None)
 
 
 @contextlib.contextmanager
@@ -67,21 +68,20 @@ def use_sampling(sampling: EdgeSampling | None) -> Iterator[None]:
     """Inside the block, every ``graphfuse.aggregate`` call that passes no ``sampling=`` samples with
     ``sampling`` — the model-level switch: ``with torch.no_grad(), use_sampling(EdgeSampling(64)): model(x, g)``
     (layers aggregating through ``aggregate``: GCN, GraphSAGE, GraphSAINT; GAT's fused attention is not
-    sampled). None turns it off."""
-    global _current
+    sampled). None turns it off. The setting is per thread (and asyncio task): another thread's calls keep theirs."""
     if sampling is not None and not isinstance(sampling, EdgeSampling):
         raise TypeError(f"use_sampling: sampling must be a graphfuse.EdgeSampling or None; got "
                         f"{type(sampling).__name__}")
-    previous, _current = _current, sampling
+    token = _current.set(sampling)
     try:
         yield
     finally:
-        _current = previous
+        _current.reset(token)
 
 
 def current_sampling() -> EdgeSampling | None:
     """The sampling :func:`use_sampling` set for the current block (None outside one)."""
-    return _current
+    return _current.get()
 
 
 def _signed(c: int) -> int:
@@ -158,7 +158,7 @@ def sampled_aggregate(graph: Graph, x: Tensor, edge_weight: Tensor | None, reduc
     if reduce in ("max", "min"):
         index = target.view(shape).expand_as(msg)
         return out.scatter_reduce(0, index, msg, "amax" if reduce == "max" else "amin", include_self=False)
-    out = out.index_add(0, target, msg) * scale.to(x.dtype).view(shape)
-    if reduce == "mean":
-        out = out / graph.in_degree.clamp(min=1).to(x.dtype).view(shape)
-    return out
+    out = out.index_add(0, target, msg)
+    if reduce == "mean":  # the mean of the kept entries, as the kernel divides (scaling the sum first can overflow)
+        return out / graph.in_degree.clamp(min=1, max=sampling.width).to(x.dtype).view(shape)
+    return out * scale.to(x.dtype).view(shape)

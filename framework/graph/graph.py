@@ -87,6 +87,8 @@ class Graph:
             raise ValueError("Graph: give either num_nodes or (num_src, num_dst), not both")
         if (num_src is None) != (num_dst is None):
             raise ValueError(f"Graph: num_src and num_dst go together; got num_src={num_src}, num_dst={num_dst}")
+        if num_nodes is not None and (isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 0):
+            raise ValueError(f"Graph: num_nodes must be a non-negative int; got {num_nodes!r}")
         if num_src is None:
             if num_nodes is None:
                 num_nodes = int(edge_index.max()) + 1 if edge_index.numel() else 0
@@ -187,6 +189,7 @@ class Graph:
         return self.cached("out_degree", lambda: self.csc.colptr.diff())
 
     # ------------------------------------------------------------------ conversion
+    @torch.inference_mode(False)  # a graph moved during an inference pass may serve training later (see cached)
     def to(self, device: torch.device | str, non_blocking: bool = False) -> "Graph":
         """The same graph on ``device``; ``self`` when already there. Cached formats move along."""
         device = torch.device(device)

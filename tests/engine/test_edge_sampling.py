@@ -152,3 +152,34 @@ def test_use_sampling_switches_every_aggregate_in_a_model():
     with pytest.raises(TypeError, match="use_sampling: sampling must be a graphfuse.EdgeSampling"):
         with graphfuse.use_sampling(8):
             pass
+
+
+def test_use_sampling_leaves_gat_exact_and_is_per_thread():
+    """GAT's attention is not sampled on any path (the CPU reference sampled it while the fused kernel did not),
+    and a thread's setting does not reach another thread's calls."""
+    import threading
+
+    from graphfuse.nn import GATConv
+
+    g = hub_graph()
+    conv = GATConv(3, 4, heads=2).eval()
+    x = torch.randn(g.num_src, 3)
+    with torch.no_grad():
+        full = conv(x, g)
+        with graphfuse.use_sampling(EdgeSampling(1, "bucket")):
+            torch.testing.assert_close(conv(x, g), full)
+    seen = []
+    with graphfuse.use_sampling(EdgeSampling(8)):
+        thread = threading.Thread(target=lambda: seen.append(graphfuse.engine.edge_sampling.current_sampling()))
+        thread.start()
+        thread.join()
+    assert seen == [None]
+
+
+def test_sampled_mean_divides_by_the_kept_count_without_overflow():
+    """Mean = the mean of the kept entries (what the kernel computes): scaling the sum by d / width first
+    overflowed float16 on a 3,000-degree row whose kept mean is 30."""
+    g = hub_graph(3000)
+    x = torch.full((g.num_src, 2), 30.0, dtype=torch.float16)
+    out = graphfuse.aggregate(g, x, reduce="mean", sampling=EdgeSampling(64, "bucket"))
+    assert torch.isfinite(out).all() and out[0].tolist() == [30.0, 30.0]

@@ -37,3 +37,10 @@ def test_weights_created_in_inference_mode_are_permuted_per_call():
         graph_stage._seed_permuted(g, g.edge_weight, "csc", g.edge_weight)  # skipped, not cached
     assert torch.equal(first, g.edge_weight.index_select(0, g.csr.perm))
     assert "ref" not in g.cached(("kernels", "permuted", "csc"), dict)
+
+
+def test_a_graph_moved_in_inference_mode_serves_training():
+    g = _graph(weighted=True)
+    with torch.inference_mode():
+        moved = g.to("meta")  # another device: a real move
+    assert not moved.edge_index.is_inference() and not moved.edge_weight.is_inference()

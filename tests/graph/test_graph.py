@@ -94,7 +94,8 @@ def test_num_nodes_inferred_and_bipartite():
         (dict(edge_index=torch.tensor([[0, 1], [1, 0]]), edge_weight=torch.ones(2, dtype=torch.long)), TypeError,
          "edge_weight must be a floating-point"),
         (dict(edge_index=[[0, 1], [1, 0]]), TypeError, "edge_index must be a torch.Tensor"),
-        (dict(edge_index=torch.tensor([[0], [0]]), num_nodes=-1), ValueError, "num_src must be a non-negative int"),
+        (dict(edge_index=torch.tensor([[0], [0]]), num_nodes=-1), ValueError, "num_nodes must be a non-negative int; got -1"),
+        (dict(edge_index=torch.tensor([[0], [0]]), num_nodes=3.0), ValueError, "num_nodes must be a non-negative int"),
         (dict(edge_index=torch.tensor([[0], [0]]), num_src=2), ValueError, "go together"),
     ],
 )

@@ -40,9 +40,14 @@ def _check_ptr(op: str, name: str, ptr: Tensor, rows: int, rows_name: str) -> No
                     shape_text=f"({rows_name}={rows} + 1,)")
 
 
-def _check_entries(op: str, tensors: dict[str, tuple[Tensor, torch.dtype]], nnz: int) -> None:
+def _check_entries(op: str, tensors: dict[str, tuple[Tensor, torch.dtype]]) -> int:
+    """Raise unless every tensor is 1-D of its dtype and as long as the first; returns that length E."""
+    (first, (t, dtype)), *_ = tensors.items()
+    rt.check_tensor(op, first, t, dtypes=(dtype,), ndim=1)
+    nnz = t.numel()
     for name, (t, dtype) in tensors.items():
         rt.check_tensor(op, name, t, dtypes=(dtype,), ndim=1, shape=(nnz,), shape_text=f"(E={nnz},)")
+    return nnz
 
 
 def _check_stats(op: str, row_max: Tensor, row_sum: Tensor, a_src: Tensor, a_dst: Tensor) -> None:
@@ -115,13 +120,13 @@ def softmax_forward(
         asked for), and the per-target statistics the backward pass recomputes alpha from.
     """
     op = "gat_softmax"
-    num_dst, heads, nnz = a_dst.size(0), a_src.size(1), col32.numel()
     if check:
         _check_dropout(op, dropout)
         _check_nodes(op, a_src, a_dst)
-        _check_ptr(op, "rowptr", rowptr, num_dst, "N_dst")
-        _check_entries(op, dict(col32=(col32, torch.int32), perm=(perm, torch.int64)), nnz)
+        _check_ptr(op, "rowptr", rowptr, a_dst.size(0), "N_dst")
+        _check_entries(op, dict(col32=(col32, torch.int32), perm=(perm, torch.int64)))
         rt.check_devices(op, dict(rowptr=rowptr, col32=col32, perm=perm, a_src=a_src, a_dst=a_dst))
+    num_dst, heads, nnz = a_dst.size(0), a_src.size(1), col32.numel()
     device, dtype = a_src.device, a_src.dtype
     alpha_coo = torch.empty(nnz, heads, dtype=dtype, device=device) if coo_order else None
     alpha_csr = torch.empty(nnz, heads, dtype=dtype, device=device) if csr_order else None
@@ -154,8 +159,7 @@ def alpha_entries(
     op = "gat_alpha_entries"
     _check_dropout(op, dropout)
     heads = _check_nodes(op, a_src, a_dst)
-    n = src.numel()
-    _check_entries(op, dict(src=(src, torch.int64), dst32=(dst32, torch.int32), eid=(eid, torch.int64)), n)
+    n = _check_entries(op, dict(src=(src, torch.int64), dst32=(dst32, torch.int32), eid=(eid, torch.int64)))
     _check_stats(op, row_max, row_sum, a_src, a_dst)
     device = rt.check_devices(op, dict(src=src, dst32=dst32, eid=eid, a_src=a_src, a_dst=a_dst, row_max=row_max,
                                        row_sum=row_sum))
@@ -204,14 +208,13 @@ def softmax_backward(
     _check_dropout(op, dropout)
     heads = _check_nodes(op, a_src, a_dst)
     num_dst, num_src = a_dst.size(0), a_src.size(0)
-    nnz = col32.numel()
     _check_ptr(op, "rowptr", rowptr, num_dst, "N_dst")
     _check_ptr(op, "colptr", colptr, num_src, "N_src")
     entries = dict(col32=(col32, torch.int32), perm=(perm, torch.int64), row32=(row32, torch.int32),
                    csc_perm=(csc_perm, torch.int64), cpos=(cpos, torch.int64))
     if rpos is not None:
         entries["rpos"] = (rpos, torch.int64)
-    _check_entries(op, entries, nnz)
+    nnz = _check_entries(op, entries)
     rt.check_tensor(op, "dalpha", dalpha, dtypes=(a_src.dtype,), ndim=2, shape=(nnz, heads),
                     shape_text=f"(E={nnz}, H={heads})")
     _check_stats(op, row_max, row_sum, a_src, a_dst)

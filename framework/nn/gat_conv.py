@@ -8,7 +8,14 @@ from torch import Tensor, nn
 from graphfuse.engine import gat_aggregate, gat_scores
 from graphfuse.graph import Graph, process_gat
 from graphfuse.nn.inits import glorot_
-from graphfuse.nn.inputs import GraphLike, as_graph, check_features
+from graphfuse.nn.inputs import (
+    GraphLike,
+    as_graph,
+    check_features,
+    check_positive_ints,
+    check_rate,
+    unweighted,
+)
 
 
 class GATConv(nn.Module):
@@ -53,10 +60,8 @@ class GATConv(nn.Module):
         backend: str | None = None,
     ) -> None:
         super().__init__()
-        if heads < 1:
-            raise ValueError(f"GATConv: heads must be >= 1; got {heads}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"GATConv: dropout must lie in [0, 1); got {dropout}")
+        check_positive_ints("GATConv", in_channels=in_channels, out_channels=out_channels, heads=heads)
+        check_rate("GATConv", "dropout", dropout)
         self.in_channels = in_channels
         self.out_channels = out_channels
         self.heads = heads
@@ -85,7 +90,7 @@ class GATConv(nn.Module):
 
     def forward(self, x: Tensor, graph: GraphLike) -> Tensor:
         check_features("GATConv", x, self.in_channels)
-        graph = self.with_self_loops(as_graph("GATConv", x, graph, square=True))
+        graph = self.with_self_loops(unweighted(as_graph("GATConv", x, graph, square=True)))
         h = self.lin(x).view(-1, self.heads, self.out_channels)
         alpha_src, alpha_dst = gat_scores(h, self.att_src, self.att_dst, backend=self.backend)
         out = gat_aggregate(graph, h, alpha_src, alpha_dst, negative_slope=self.negative_slope,

@@ -1,4 +1,5 @@
-"""Input checks shared by the layers: node features and the graph argument (a Graph or an edge_index).
+"""Input checks shared by the layers: node features, the graph argument (a Graph or an edge_index), widths and
+rates; and the unweighted view of a graph for layers whose messages ignore edge weights.
 
 Shapes:
     x: (N, F); edge_index: (2, E) int64 with node ids in [0, N).
@@ -60,3 +61,26 @@ def as_graph(owner: str, x: Tensor, graph: Any, *, square: bool = False) -> Grap
     if x.device != graph.device:
         raise ValueError(f"{owner}: x is on {x.device} but the graph is on {graph.device}")
     return graph
+
+
+def check_positive_ints(owner: str, **values: int) -> None:
+    """Raise ValueError naming the first of ``values`` (channel widths, head counts) that is not an int >= 1."""
+    for arg, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{owner}: {arg} must be an int >= 1; got {value!r}")
+
+
+def check_rate(owner: str, arg: str, value: float) -> None:
+    """Raise ValueError naming ``arg`` unless ``value`` is a real number in [0, 1) (a dropout rate)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise ValueError(f"{owner}: {arg} must be a number in [0, 1); got {value!r}")
+
+
+def unweighted(graph: Graph) -> Graph:
+    """``graph`` without edge weights (cached on it): for layers whose messages ignore them (SAGE, GAT)."""
+    if graph.edge_weight is None:
+        return graph
+    return graph.cached(
+        "unweighted",
+        lambda: Graph(graph.edge_index, num_src=graph.num_src, num_dst=graph.num_dst, validate=False),
+    )

@@ -22,7 +22,7 @@ from graphfuse.graph import Graph
 from graphfuse.nn.gat_conv import GATConv
 from graphfuse.nn.gcn_conv import GCNConv
 from graphfuse.nn.inits import glorot_
-from graphfuse.nn.inputs import GraphLike, as_graph, check_features
+from graphfuse.nn.inputs import GraphLike, as_graph, check_features, check_positive_ints, check_rate
 from graphfuse.nn.sage_conv import SAGEConv
 from graphfuse.nn.saint_conv import GraphSAINTConv
 
@@ -35,19 +35,6 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
 NORMS: dict[str, Callable[[int], nn.Module]] = {"batch": nn.BatchNorm1d, "layer": nn.LayerNorm}
 """Normalisations after hidden convs: ``"layer"`` normalises each node's features (``nn.LayerNorm``), which is
 PyG's ``LayerNorm(mode="node")``, not the ``mode="graph"`` that PyG's models pick for ``"layer_norm"``."""
-
-
-def check_positive_ints(owner: str, **values: int) -> None:
-    """Raise ValueError naming the first of ``values`` (channel widths, head counts) that is not an int >= 1."""
-    for arg, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{owner}: {arg} must be an int >= 1; got {value!r}")
-
-
-def check_rate(owner: str, arg: str, value: float) -> None:
-    """Raise ValueError naming ``arg`` unless ``value`` is a real number in [0, 1) (a dropout rate)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-        raise ValueError(f"{owner}: {arg} must be a number in [0, 1); got {value!r}")
 
 
 def layer_widths(owner: str, in_channels: int, hidden_width: int, num_layers: int) -> list[int]:

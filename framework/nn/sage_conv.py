@@ -7,20 +7,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graphfuse.engine import aggregate
-from graphfuse.graph import Graph
-from graphfuse.nn.inputs import GraphLike, as_graph, check_features
+from graphfuse.nn.inputs import GraphLike, as_graph, check_features, unweighted
 
 AGGRS = ("mean", "max", "pool")
-
-
-def _unweighted(graph: Graph) -> Graph:
-    """``graph`` without edge weights (cached on it), since SAGE messages are plain neighbour features."""
-    if graph.edge_weight is None:
-        return graph
-    return graph.cached(
-        "unweighted",
-        lambda: Graph(graph.edge_index, num_src=graph.num_src, num_dst=graph.num_dst, validate=False),
-    )
 
 
 class SAGEConv(nn.Module):
@@ -80,7 +69,7 @@ class SAGEConv(nn.Module):
 
     def forward(self, x: Tensor, graph: GraphLike) -> Tensor:
         check_features("SAGEConv", x, self.in_channels)
-        graph = _unweighted(as_graph("SAGEConv", x, graph))
+        graph = unweighted(as_graph("SAGEConv", x, graph))
         if graph.num_dst > graph.num_src:
             raise ValueError(f"SAGEConv: a bipartite block needs num_dst <= num_src; got {graph}")
         x_src = F.relu(self.lin(x)) if self.lin is not None else x

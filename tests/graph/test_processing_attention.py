@@ -272,3 +272,20 @@ def test_gatconv_cuda_matches_cpu():
     torch.testing.assert_close(got.cpu(), want, **TOL[torch.float64])
     for p, w in zip(conv_cuda.parameters(), want_grads):
         torch.testing.assert_close(p.grad.cpu(), w, **TOL[torch.float64])
+
+
+def test_attention_launchers_check_before_reading_their_arguments():
+    """Each launcher names the bad argument even when it is not a tensor at all (they read sizes first)."""
+    from graphfuse.kernels import gat_attention as launchers
+
+    rowptr, col32, perm = torch.tensor([0, 1, 3, 4]), torch.tensor([0, 1, 2, 0], dtype=torch.int32), torch.arange(4)
+    a, b, row_max, row_sum = torch.randn(3, 2), torch.randn(3, 2), torch.zeros(3, 2), torch.ones(3, 2)
+    with pytest.raises(ValueError, match="gat_softmax: a_src must have 2 dimensions"):
+        launchers.softmax_forward(rowptr, col32, perm, a[:, 0].contiguous(), b)
+    with pytest.raises(TypeError, match="gat_softmax: col32 must be a torch.Tensor"):
+        launchers.softmax_forward(rowptr, [0, 1, 2, 0], perm, a, b)
+    with pytest.raises(TypeError, match="gat_alpha_entries: src must be a torch.Tensor"):
+        launchers.alpha_entries([0, 1, 2, 0], col32, perm, a, b, row_max, row_sum)
+    with pytest.raises(TypeError, match="gat_softmax_backward: col32 must be a torch.Tensor"):
+        launchers.softmax_backward(rowptr, [0, 1, 2, 0], perm, rowptr, col32, perm, torch.randn(4, 2), None, perm,
+                                   a, b, row_max, row_sum)

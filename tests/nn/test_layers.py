@@ -269,3 +269,18 @@ def test_gcn_float64_on_an_unweighted_graph_is_normalised_in_float64():
     ref.lin.weight.data.copy_(conv.lin.weight.data)
     x = torch.randn(graph.num_nodes, IN, dtype=torch.float64)
     torch.testing.assert_close(conv(x, graph), ref(x, graph.edge_index), rtol=1e-13, atol=1e-13)
+
+
+def test_gat_conv_names_bad_arguments_and_caches_one_unweighted_graph():
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError, match=f"GATConv: heads must be an int >= 1; got {bad!r}"):
+            GATConv(IN, OUT, bad)
+    with pytest.raises(ValueError, match="GATConv: dropout must be a number in"):
+        GATConv(IN, OUT, dropout="0.5")
+    graph = _graph("weighted")  # GAT ignores edge weights: learned ones must not defeat the self-loop cache
+    learned = graphfuse.Graph(graph.edge_index, num_nodes=graph.num_nodes,
+                              edge_weight=graph.edge_weight.clone().requires_grad_())
+    conv, x = GATConv(IN, OUT, heads=2), torch.randn(graph.num_nodes, IN)
+    torch.testing.assert_close(conv(x, learned), conv(x, graph))
+    view = learned.cached("unweighted", lambda: None)
+    assert view.edge_weight is None and view.cached(("add_remaining_self_loops", 1.0), lambda: None) is not None

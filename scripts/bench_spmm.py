@@ -320,20 +320,23 @@ def speedup_summary(graphs: list[dict], name: str, ks: tuple[str, ...], prefixes
                     timing: str = "ms") -> dict:
     """``name`` against cuSPARSE (times under ``timing``: "ms" eager, "graph_replay_ms" replayed) over the graphs
     whose name starts with one of ``prefixes``, at the widths ``ks``: geometric mean per K and over all those
-    cells, and the worst cell."""
+    cells, the worst cell, the graphs and the number of cells covered, and the cells left out because a time is
+    missing (out of memory, or not capturable)."""
     cells = [(speedup(gr["results"][k].get(timing, {}), name), gr["name"], int(k)) for gr in graphs
              if gr["name"].startswith(prefixes) for k in ks if k in gr["results"]]
+    missing = [f"{graph} K={k}" for ratio, graph, k in cells if not ratio]
     cells = [c for c in cells if c[0]]
     worst = min(cells, default=None)
     return {"geomean_per_k": {k: geomean([c[0] for c in cells if c[2] == int(k)]) for k in ks},
             "geomean": geomean([c[0] for c in cells]),
-            "worst_cell": None if worst is None else {"speedup": worst[0], "graph": worst[1], "K": worst[2]}}
+            "worst_cell": None if worst is None else {"speedup": worst[0], "graph": worst[1], "K": worst[2]},
+            "graphs": list(dict.fromkeys(c[1] for c in cells)), "cells": len(cells), "missing": missing}
 
 
 def summarise(graphs: list[dict]) -> dict:
     ge = speedup_summary(graphs, "gespmm", GE_KS)
     summary: dict = {"geomean_speedup_vs_cusparse": ge["geomean_per_k"], "worst_cell": ge["worst_cell"],
-                     "mean_over_sum": [], "max_over_sum": []}
+                     "cells": ge["cells"], "missing": ge["missing"], "mean_over_sum": [], "max_over_sum": []}
     summary["graph_replay_geomean_speedup_vs_cusparse"] = speedup_summary(
         graphs, "gespmm", GE_KS, timing="graph_replay_ms")["geomean_per_k"]
     summary["hpspmm"] = speedup_summary(graphs, "hpspmm", HP_KS, prefixes=("subgraph", "RMAT"))
@@ -389,6 +392,9 @@ def markdown(report: dict) -> str:
     lines += ["", "## Summary", ""]
     for k, v in s["geomean_speedup_vs_cusparse"].items():
         lines.append(f"- GE-SpMM sum vs cuSPARSE, geometric mean at K={k}: {fmt(v, 2)}x")
+    if "cells" in s:
+        left_out = f"; left out (a time missing): {', '.join(s['missing'])}" if s["missing"] else ""
+        lines.append(f"- those geometric means cover {s['cells']} cells{left_out}")
     for k, v in s.get("graph_replay_geomean_speedup_vs_cusparse", {}).items():
         lines.append(f"- same, both captured in a CUDA graph and replayed (GPU time only), K={k}: {fmt(v, 2)}x")
     if s["worst_cell"]:
@@ -401,8 +407,11 @@ def markdown(report: dict) -> str:
     if hp and hp["geomean"]:
         per_k = ", ".join(f"K={k} {fmt(v, 2)}x" for k, v in hp["geomean_per_k"].items())
         w = hp["worst_cell"]
-        lines.append(f"- HP-SpMM vs cuSPARSE on the subgraph-sized and RMAT graphs, geometric mean {hp['geomean']:.2f}x "
-                     f"({per_k}); worst cell {w['speedup']:.2f}x on {w['graph']} at K={w['K']}")
+        graphs = f" ({', '.join(hp['graphs'])}; {hp['cells']} cells)" if "graphs" in hp else ""
+        left_out = f"; left out (a time missing): {', '.join(hp['missing'])}" if hp.get("missing") else ""
+        lines.append(f"- HP-SpMM vs cuSPARSE on the subgraph-sized and RMAT graphs{graphs}, geometric mean "
+                     f"{hp['geomean']:.2f}x ({per_k}); worst cell {w['speedup']:.2f}x on {w['graph']} at K={w['K']}"
+                     f"{left_out}")
     for name, per_k in s.get("es", {}).items():
         lines.append(f"- ES-SpMM S={ES_WIDTH} (random) vs cuSPARSE on {name}: " + ", ".join(
             f"K={k} {fmt(v, 2)}x" for k, v in per_k.items()))

@@ -15,8 +15,9 @@ per-call format work):
   (at most 64 in-edges per target; an approximation, timed for speed only).
 
 Timing: CUDA events around each call, median of ``--repeats`` (>= 20) runs after warm-up, taken in four
-interleaved rounds over the contestants (host noise falls on all of them alike); the JSON also keeps each
-cell's quartiles (``quartiles_ms``). Out of memory is recorded as null. Writes JSON (with device name and
+interleaved rounds over the contestants (host noise falls on all of them alike); graphs under ``SMALL_NNZ``
+entries, whose tens-of-microseconds cells swing ±30-50% with the host, take ``SMALL_FACTOR`` times as many
+(still cheap); the JSON also keeps each cell's quartiles (``quartiles_ms``) and each graph's sample count. Out of memory is recorded as null. Writes JSON (with device name and
 versions) and a markdown table.
 
 Usage: python scripts/bench_spmm.py --data DIR --out docs/benchmarks/spmm.json --md docs/benchmarks/spmm.md
@@ -45,6 +46,8 @@ GE_KS = ("64", "128", "256")  # GE-SpMM's acceptance widths
 HP_KS = ("32", "64", "128")  # HP-SpMM's acceptance widths
 ES_WIDTH = 64
 ROUNDS = 4  # interleaved timing rounds per graph and K (see interleaved_ms)
+SMALL_NNZ = 1_000_000  # graphs below this many entries take SMALL_FACTOR times the eager samples
+SMALL_FACTOR = 10
 CONTESTANTS = ["cusparse", "pyg", *OURS]
 
 
@@ -216,7 +219,8 @@ def bench_graph(name: str, ei: torch.Tensor, n: int, ks: list[int], repeats: int
     a = torch.sparse_csr_tensor(csr.rowptr.int(), csr.col.int(), w[csr.perm], size=(n, n))
     nnz = ei.size(1)
     deg = g.in_degree
-    record = {"name": name, "nodes": n, "nnz": nnz, "max_in_degree": int(deg.max()), "results": {}}
+    record = {"name": name, "nodes": n, "nnz": nnz, "max_in_degree": int(deg.max()), "results": {},
+              "eager_samples": repeats * (SMALL_FACTOR if nnz < SMALL_NNZ else 1)}
     if reorder:
         gr, order, record["reorder_s"] = reordered(g)
     for k in ks:
@@ -232,7 +236,7 @@ def bench_graph(name: str, ei: torch.Tensor, n: int, ks: list[int], repeats: int
         floor_ms = floor_bytes / (bw * 1e9) * 1e3
         row = {"max_rel_err_vs_cusparse": err, "floor_ms": floor_ms, "ms": {}, "gflops": {}, "floor_fraction": {},
                "quartiles_ms": {}}
-        for cname, samples in interleaved_samples(calls, repeats).items():
+        for cname, samples in interleaved_samples(calls, record["eager_samples"]).items():
             ms = None if samples is None else statistics.median(samples)
             row["ms"][cname] = ms
             row["quartiles_ms"][cname] = None if samples is None else statistics.quantiles(samples, n=4)
@@ -364,8 +368,8 @@ def markdown(report: dict) -> str:
         f"# SpMM benchmark ({report['device']})",
         "",
         (f"torch {report['torch']}, cupy {report['cupy']}, {report['date']}. fp32, GCN-normalised weights, "
-        f"median of {report['repeats']} CUDA-event-timed runs after warm-up (in {ROUNDS} rounds interleaved over the "
-        "contestants); output allocation/zeroing "
+        f"median of {report['repeats']} CUDA-event-timed runs after warm-up ({SMALL_FACTOR}x as many on graphs under "
+        f"{SMALL_NNZ:,} nnz; in {ROUNDS} rounds interleaved over the contestants); output allocation/zeroing "
         "included. Copy bandwidth (read + write): "
         f"{report['copy_bandwidth_gbs']:.0f} GB/s. Times in ms; `x` = cuSPARSE time / GE-SpMM time; "
         "floor = fraction of the bandwidth floor (CSR + x read once + out written once) GE-SpMM reaches; "

@@ -132,7 +132,7 @@ class NeighborSample:
 
 
 class _NodeMap:
-    """The sampled node set of one tree: a dense (N,) map global id → local id (``N`` = unseen).
+    """The sampled node set of one tree: a dense (N,) map global id → local id (-1 = unseen).
 
     ``add(cand, count)`` looks up candidate nodes, gives the unseen ones the local ids ``count, count + 1, …``
     in order of first appearance, and returns the candidates' local ids and the new nodes. A handful of
@@ -140,16 +140,16 @@ class _NodeMap:
     """
 
     def __init__(self, n: int, seeds: Tensor) -> None:
-        self.n = n
-        self.local = torch.full((n,), n, dtype=torch.int64, device=seeds.device)
-        # a repeated seed keeps its rows, but its map entry is its first row
-        self.local.scatter_reduce_(0, seeds, torch.arange(seeds.numel(), device=seeds.device), "amin")
+        self.local = torch.full((n,), -1, dtype=torch.int64, device=seeds.device)
+        # a repeated seed keeps its rows, but its map entry is its first row (any row number, even past N)
+        self.local.scatter_reduce_(0, seeds, torch.arange(seeds.numel(), device=seeds.device), "amin",
+                                   include_self=False)
 
     def add(self, cand: Tensor, count: int) -> tuple[Tensor, Tensor]:
         local = self.local[cand]
         position = torch.arange(cand.numel(), device=cand.device)
         first = torch.full_like(self.local, cand.numel()).scatter_reduce_(0, cand, position, "amin")
-        new = cand[(local == self.n) & (first[cand] == position)]
+        new = cand[(local < 0) & (first[cand] == position)]
         self.local[new] = torch.arange(count, count + new.numel(), device=cand.device)
         return self.local[cand], new
 

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from graphfuse.data import DatasetNotFoundError, NodeDataset, dataset_options, default_root, load_dataset
 from graphfuse.engine import registered_backends
+from graphfuse.engine.attention import FUSED
 from graphfuse.graph import Graph
 from graphfuse.nn import GAT, GCN, MODELS
 from graphfuse.trainers.config import SAINT_PARAMS, ConfigError
@@ -101,7 +102,7 @@ def build_model(cfg: DictConfig, in_channels: int, out_channels: int) -> nn.Modu
         ConfigError: unknown model name, or hyper-parameters the model rejects.
     """
     kwargs = model_kwargs(cfg)
-    backends = ("auto", *registered_backends())
+    backends = ("auto", *registered_backends(), *((FUSED,) if cfg.name == "gat" else ()))  # GAT's fused attention
     if cfg.backend not in backends:
         raise ConfigError(f"invalid value for 'model.backend': {cfg.backend!r}; valid backends are: "
                           f"{', '.join(backends)}.")

@@ -268,6 +268,8 @@ def _fit_and_test(cfg: DictConfig, trainer: pl.Trainer, checkpoint: ModelCheckpo
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(OmegaConf.to_yaml(resolved))
     (out / "metrics.json").unlink(missing_ok=True)
+    if not cfg.trainer.resume:  # a fresh run: an earlier run's wandb id must not be resumed later
+        (out / WANDB_ID).unlink(missing_ok=True)
     for logger in _wandb_loggers(trainer):  # starts the wandb run (Lightning would at fit) and records its id
         (out / WANDB_ID).write_text(logger.experiment.id + "\n")
     with warnings.catch_warnings():

@@ -158,8 +158,9 @@ def resolve(
 
 def _deterministic(backend: Backend, device: torch.device) -> bool:
     """Whether ``backend`` gives bitwise-reproducible results on ``device`` as PyTorch is set now."""
-    return device.type in backend.deterministic_on or (
-        backend.torch_deterministic and torch.are_deterministic_algorithms_enabled())
+    return device.type in backend.deterministic_on or (  # warn_only: PyTorch may still run atomics
+        backend.torch_deterministic and torch.are_deterministic_algorithms_enabled()
+        and not torch.is_deterministic_algorithms_warn_only_enabled())
 
 
 def resolve_cached(cache: dict, signature: tuple, op: str, device: torch.device, backend: str | None = None,
@@ -172,7 +173,8 @@ def resolve_cached(cache: dict, signature: tuple, op: str, device: torch.device,
     if deterministic is None:
         deterministic = torch.are_deterministic_algorithms_enabled()
     key = (op, _generation, _default_backend if backend is None else backend, deterministic,
-           torch.are_deterministic_algorithms_enabled(), signature)
+           torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+           signature)
     impl = cache.get(key)
     if impl is None:
         impl = cache[key] = resolve(op, device, backend, deterministic, **call)

@@ -166,6 +166,9 @@ def test_deterministic_request_and_default_backend():
     try:
         assert resolve("aggregate", torch.device("cuda"), "reference") is reference.aggregate
         assert resolve("edge_softmax", torch.device("cuda"), "reference", deterministic=True) is reference.edge_softmax
+        torch.use_deterministic_algorithms(True, warn_only=True)  # then PyTorch may still run atomics: refused
+        with pytest.raises(ValueError, match="not deterministic on cuda"):
+            resolve("aggregate", torch.device("cuda"), "reference", deterministic=True)
     finally:
         torch.use_deterministic_algorithms(previous)
     with graphfuse.use_backend("reference"):

@@ -284,3 +284,14 @@ def test_gat_conv_names_bad_arguments_and_caches_one_unweighted_graph():
     torch.testing.assert_close(conv(x, learned), conv(x, graph))
     view = learned.cached("unweighted", lambda: None)
     assert view.edge_weight is None and view.cached(("add_remaining_self_loops", 1.0), lambda: None) is not None
+
+
+def test_gcn_half_precision_counts_degrees_in_the_default_dtype():
+    """Degrees counted in bfloat16 stop at 256: a bfloat16 model keeps float32 normalisation weights."""
+    n = 1001
+    star = graphfuse.Graph(torch.stack([torch.arange(1, n), torch.zeros(n - 1, dtype=torch.long)]), num_nodes=n)
+    conv = GCNConv(IN, OUT)
+    assert conv.normalized(star, torch.bfloat16).edge_weight.dtype == torch.float32
+    x = torch.randn(n, IN)
+    torch.testing.assert_close(conv.to(torch.bfloat16)(x.bfloat16(), star).float(), conv.float()(x, star),
+                               rtol=0.05, atol=0.05)

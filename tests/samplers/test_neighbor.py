@@ -293,3 +293,10 @@ def test_floyd_kernel_equals_the_pytorch_loop(k):
     bound = degree.clamp(min=k).unsqueeze(1)
     assert bool((kernel >= 0).all()) and bool((kernel < bound).all())
     assert bool((kernel[:, 1:] > kernel[:, :-1]).all())  # sorted and distinct
+
+
+def test_induced_keeps_edges_when_repeated_seeds_outnumber_the_nodes():
+    path = graphfuse.Graph(torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]]), num_nodes=3)
+    out = NeighborSampler((0,), subgraph_type="induced")(path, torch.tensor([0, 0, 0, 0, 1, 2]))
+    edges = set(map(tuple, out.edge_index.t().tolist()))
+    assert edges == {(0, 4), (4, 0), (4, 5), (5, 4)}  # rows 0, 4, 5 are the first rows of nodes 0, 1, 2

@@ -133,3 +133,9 @@ def test_build_dataset_reports_bad_options_and_roots_as_config_errors(tmp_path):
     cfg = load_config(["data=cora", f"data.root={afile}"])
     with pytest.raises(ConfigError, match="cannot use data.root="):
         build_dataset(cfg.data)
+
+
+def test_gat_models_take_the_fused_attention_backend():
+    assert build_model(load_config(["model=gat", "model.backend=fused"]).model, 5, 3) is not None
+    with pytest.raises(ConfigError, match="'model.backend': 'fused'"):
+        build_model(load_config(["model.backend=fused"]).model, 5, 3)  # GCN: no fused attention

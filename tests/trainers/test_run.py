@@ -168,3 +168,13 @@ def test_resumed_run_with_dropout_repeats_the_uninterrupted_run(tiny_settings, t
     train(load_config([*split, "trainer.max_epochs=6", "trainer.resume=true"]), verbose=False)
     straight = losses(tmp_path / "straight", [0])
     assert len(straight) == 6 and losses(tmp_path / "split", [0, 1]) == straight
+
+
+def test_fresh_run_forgets_an_earlier_runs_wandb_id(tiny, tmp_path):
+    from graphfuse.trainers import run as run_module
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / run_module.WANDB_ID).write_text("old-run\n")  # as a wandb-logged run left it
+    train(load_config([*tiny, "trainer.max_epochs=1"]), verbose=False)
+    assert not (run / run_module.WANDB_ID).exists()  # a later resume must not continue old-run

@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 
 MONITOR = "val/acc"
 WANDB_ID = "wandb_run_id"  # in the run directory: the wandb run that trainer.resume continues
+# data/model keys a resume may change: a path, and settings the saved weights do not depend on
+RESUME_FREE = {("data", "root"), ("model", "backend"), ("model", "dropout"), ("model", "attn_dropout")}
 _warned_no_wandb = False
 
 
@@ -75,9 +77,10 @@ class _EarlyStopping(EarlyStopping):
         return "EarlyStopping" + repr({"monitor": self.monitor, "mode": self.mode})
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        patience = self.patience
+        patience, reason, message = self.patience, self.stopping_reason, self.stopping_reason_message
         super().load_state_dict(state_dict)
         self.patience, self.stopped_epoch = patience, 0
+        self.stopping_reason, self.stopping_reason_message = reason, message
 
 
 def _loggers(cfg: DictConfig, out: Path, resolved: dict[str, Any]) -> list[Logger]:
@@ -126,7 +129,7 @@ def _prepare_checkpoints(cfg: DictConfig, ckpt_dir: Path, resolved: dict[str, An
         before = saved.get("hyper_parameters", {}).get("config") or {}
         for section in ("data", "model"):  # what the weights were trained for; optim, trainer, sampler may change
             old, new = before.get(section, {}), resolved[section]
-            changed = sorted(k for k in {*old, *new} if k != "root" and old.get(k) != new.get(k))  # root: a path
+            changed = sorted(k for k in {*old, *new} if (section, k) not in RESUME_FREE and old.get(k) != new.get(k))
             if old and changed:
                 raise ConfigError(
                     f"trainer.resume=true: {', '.join(f'{section}.{k}' for k in changed)} differ from the run being "

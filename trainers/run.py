@@ -125,7 +125,8 @@ def _prepare_checkpoints(cfg: DictConfig, ckpt_dir: Path, resolved: dict[str, An
                 f"trainer.resume=true but there is no checkpoint to resume from at {last}; run once without "
                 f"trainer.resume (or point output_dir= at the run to continue)."
             )
-        saved = torch.load(last, map_location="cpu", weights_only=False)
+        # mmap: only the epoch and hyper-parameters are read here; fit loads the whole checkpoint itself
+        saved = torch.load(last, map_location="cpu", weights_only=False, mmap=True)
         before = saved.get("hyper_parameters", {}).get("config") or {}
         for section in ("data", "model"):  # what the weights were trained for; optim, trainer, sampler may change
             old, new = before.get(section, {}), resolved[section]

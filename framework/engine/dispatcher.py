@@ -170,11 +170,11 @@ def resolve_cached(cache: dict, signature: tuple, op: str, device: torch.device,
     ``x``'s dtype and rank, the edge weights' rank and whether they need a gradient, and the reduce, so
     ``supports`` predicates must depend on nothing else. On a small graph the walk over the candidates costs
     more host time than the kernel; the memo turns it into one dictionary lookup."""
+    torch_flag = torch.are_deterministic_algorithms_enabled()
     if deterministic is None:
-        deterministic = torch.are_deterministic_algorithms_enabled()
-    key = (op, _generation, _default_backend if backend is None else backend, deterministic,
-           torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-           signature)
+        deterministic = torch_flag
+    key = (op, _generation, _default_backend if backend is None else backend, deterministic, torch_flag,
+           torch.is_deterministic_algorithms_warn_only_enabled(), signature)
     impl = cache.get(key)
     if impl is None:
         impl = cache[key] = resolve(op, device, backend, deterministic, **call)

@@ -87,15 +87,13 @@ class Graph:
             raise ValueError("Graph: give either num_nodes or (num_src, num_dst), not both")
         if (num_src is None) != (num_dst is None):
             raise ValueError(f"Graph: num_src and num_dst go together; got num_src={num_src}, num_dst={num_dst}")
-        if num_nodes is not None and (isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 0):
-            raise ValueError(f"Graph: num_nodes must be a non-negative int; got {num_nodes!r}")
+        for name, value in (("num_nodes", num_nodes), ("num_src", num_src), ("num_dst", num_dst)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise ValueError(f"Graph: {name} must be a non-negative int; got {value!r}")
         if num_src is None:
             if num_nodes is None:
                 num_nodes = int(edge_index.max()) + 1 if edge_index.numel() else 0
             num_src = num_dst = num_nodes
-        for name, value in (("num_src", num_src), ("num_dst", num_dst)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"Graph: {name} must be a non-negative int; got {value!r}")
         if validate:
             _check_range("source (edge_index[0])", edge_index[0], num_src)
             _check_range("target (edge_index[1])", edge_index[1], num_dst)

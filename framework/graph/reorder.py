@@ -80,9 +80,11 @@ def permute_nodes(graph: Graph, order: Tensor) -> Graph:
         raise ValueError(f"permute_nodes: order must be an int64 tensor of shape ({n},); got "
                          f"{getattr(order, 'dtype', type(order).__name__)} {tuple(getattr(order, 'shape', ()))}")
     order = order.to(graph.device)
-    if n and (int(order.min()) < 0 or int(order.max()) >= n):
-        raise ValueError(f"permute_nodes: order must be a permutation of [0, N={n}); got values in "
-                         f"[{int(order.min())}, {int(order.max())}]")
+    if n:
+        low, high = (int(v) for v in torch.aminmax(order))
+        if low < 0 or high >= n:
+            raise ValueError(f"permute_nodes: order must be a permutation of [0, N={n}); got values in "
+                             f"[{low}, {high}]")
     inverse = torch.full((n,), -1, dtype=torch.int64, device=graph.device)
     inverse[order] = torch.arange(n, device=graph.device)
     if n and int(inverse.min()) < 0:

@@ -1,6 +1,6 @@
 """Benchmark graphs shared by the bench_*.py scripts: the MatrixMarket / edge-list files of ../shared/datasets
 (carried as .benchdata) and the RMAT family of graphfuse.data.synthetic.rmat_graph; and ``write_report``, how
-every script writes its JSON and markdown.
+every script writes its JSON and markdown (with the git commit measured).
 
 Shapes:
     every function returns ``(edge_index (2, E) int64 on device, num_nodes)``; graphs are symmetrised and
@@ -10,6 +10,7 @@ Shapes:
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -40,9 +41,25 @@ def rmat(scale: int, drawn: int, seed: int, device: str) -> tuple[torch.Tensor, 
     return rmat_graph(scale, drawn, seed, device), 1 << scale
 
 
+def git_commit() -> str:
+    """The checkout's commit (short hash, ``-dirty`` when tracked files differ from it; "unknown" outside git)."""
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "--short", "HEAD")
+        return commit + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
 def write_report(report: dict, out: Path, md: Path, markdown: Callable[[dict], str]) -> None:
-    """Write ``report`` as JSON to ``out`` and ``markdown(report)`` to ``md``, creating their folders."""
+    """Write ``report`` as JSON to ``out`` and ``markdown(report)`` to ``md``, creating their folders; both record
+    the git commit measured (``report["commit"]``, set here when the script did not)."""
+    report.setdefault("commit", git_commit())
     for path in (out, md):
         path.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1) + "\n")
-    md.write_text(markdown(report))
+    md.write_text(markdown(report).rstrip("\n") + f"\n\nMeasured at commit {report['commit']}.\n")

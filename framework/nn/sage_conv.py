@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graphfuse.engine import aggregate
-from graphfuse.nn.inputs import GraphLike, as_graph, check_features, unweighted
+from graphfuse.nn.inputs import GraphLike, as_graph, check_features, check_positive_ints, unweighted
 
 AGGRS = ("mean", "max", "pool")
 
@@ -50,6 +50,7 @@ class SAGEConv(nn.Module):
         backend: str | None = None,
     ) -> None:
         super().__init__()
+        check_positive_ints("SAGEConv", in_channels=in_channels, out_channels=out_channels)
         if aggr not in AGGRS:
             raise ValueError(f"SAGEConv: aggr must be one of {list(AGGRS)}; got {aggr!r}")
         self.in_channels = in_channels

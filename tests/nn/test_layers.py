@@ -230,6 +230,16 @@ def test_bad_constructor_arguments():
         GATConv(IN, OUT, dropout=1.0)
 
 
+@pytest.mark.parametrize("cls", [GCNConv, SAGEConv])
+def test_gcn_and_sage_convs_name_bad_widths(cls):
+    """A width of 0 built a layer whose output ignored x (or was 0 wide), -1 failed inside torch, True was 1."""
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match=f"{cls.__name__}: in_channels must be an int >= 1; got {bad!r}"):
+            cls(bad, OUT)
+        with pytest.raises(ValueError, match=f"{cls.__name__}: out_channels must be an int >= 1; got {bad!r}"):
+            cls(IN, bad)
+
+
 def test_glorot_init_bounds_like_pyg():
     conv = GATConv(40, 10, heads=3)
     assert conv.att_src.abs().max() <= (6 / (3 + 10)) ** 0.5

@@ -188,6 +188,9 @@ def induced_subgraph(graph: Graph, nodes: Tensor) -> Subgraph:
         nodes: (k,) int64 global ids → :class:`Subgraph` with n ≤ k nodes.
     """
     _check_square(graph, "induced_subgraph")
+    if not isinstance(nodes, Tensor) or nodes.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"induced_subgraph: nodes must be an int64 or int32 tensor of node ids; got "
+                        f"{getattr(nodes, 'dtype', type(nodes).__name__)}")  # float ids would be truncated
     if nodes.device != graph.device:
         raise ValueError(f"induced_subgraph: nodes are on {nodes.device} but the graph is on {graph.device}")
     if nodes.numel() and (int(nodes.min()) < 0 or int(nodes.max()) >= graph.num_nodes):

@@ -86,3 +86,8 @@ def test_errors_name_the_argument():
         induced_subgraph(graph, torch.tensor([0, 50]))
     with pytest.raises(ValueError, match="square"):
         induced_subgraph(make_graph_case("bipartite"), torch.tensor([0]))
+    # float ids were truncated by .long() (a silent wrong subgraph); a list failed with an AttributeError
+    for bad in (torch.tensor([0.5, 1.7]), [0, 1]):
+        with pytest.raises(TypeError, match="induced_subgraph: nodes must be an int64 or int32 tensor"):
+            induced_subgraph(graph, bad)
+    assert torch.equal(induced_subgraph(graph, torch.tensor([3, 1], dtype=torch.int32)).n_id, torch.tensor([1, 3]))

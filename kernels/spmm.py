@@ -150,29 +150,37 @@ class GespmmPlan(rt.Plan):
         part = torch.empty(self.schedule.num_partials, self.k, dtype=self.dtype, device=self.device)
         return part, torch.empty_like(part, dtype=torch.int64) if self.track else None
 
-    def _workspace(self) -> tuple[tuple[Tensor, Tensor | None], tuple[int, int, int, int]]:
-        """The split rows' partial results on the current stream (``part``, ``part_arg``) and the row kernel's
-        workspace arguments (``part``, ``part_arg``, ``rowptr``, ``done``). The partials are kept per stream when
-        at most ``KEEP_PARTIALS_BYTES`` (allocating them is a small graph's host cost; a large graph's are
-        allocated per call rather than held). ``done``: for the in-kernel fold, a count of finished segments per
+    def _workspace(self) -> tuple[tuple, tuple[int, int, int, int]]:
+        """The current stream's workspace tensors (``done``, (``part``, ``part_arg``): the caller holds them until
+        its launches are issued) and the row kernel's workspace arguments (``part``, ``part_arg``, ``rowptr``,
+        ``done``). ``part``/``part_arg``: the split rows' partial results, kept per stream when at most
+        ``KEEP_PARTIALS_BYTES`` (allocating them is a small graph's host cost; a large graph's are allocated per
+        call rather than held). ``done``: for the in-kernel fold, a count of finished segments per
         split row and column tile, zeroed once and reset by the kernel (launches on one stream never overlap, so
-        one set per stream suffices); else null."""
+        one set per stream suffices); else null.
+
+        A call captured into a CUDA graph gets a workspace of its own, never kept: its zeroing is captured with
+        it (so it runs at each replay, not at capture) and the graph's replays, on whatever stream, share their
+        counters and partials with no eager call or other graph."""
+        capturing = rt.is_available() and torch.cuda.is_current_stream_capturing()
         stream = rt.current_stream(self.device)
-        work = self.workspaces.get(stream)
+        work = None if capturing else self.workspaces.get(stream)
         if work is None:
             done = None
             if self.fold_in_kernel:
                 done = torch.zeros(self.schedule.num_partials * self.tiles, dtype=torch.int32, device=self.device)
             item = rt.itemsize(self.dtype) + (8 if self.track else 0)
             keep = self.schedule.num_partials * self.k * item <= KEEP_PARTIALS_BYTES
-            work = self.workspaces[stream] = (done, self._partials() if keep else None)
+            work = (done, self._partials() if keep else None)
+            if not capturing:
+                self.workspaces[stream] = work
         done, partials = work
         partials = partials or self._partials()
-        return partials, (partials[0].data_ptr(), rt.ptr(partials[1]), self.rowptr.data_ptr(), rt.ptr(done))
+        return (done, partials), (partials[0].data_ptr(), rt.ptr(partials[1]), self.rowptr.data_ptr(), rt.ptr(done))
 
     def _launch(self, x: Tensor, values: Tensor | None, edge_id: Tensor | None, gather_arg: Tensor | None,
                 out: Tensor, arg: Tensor | None) -> tuple[Tensor, Tensor | None]:
-        partials, work = self._workspace() if self.split else (None, NO_WORKSPACE)  # partials: alive past the launches
+        alive, work = self._workspace() if self.split else (None, NO_WORKSPACE)  # alive: the workspace's tensors
         self.rows(*self.structure, rt.ptr(values), rt.ptr(edge_id), rt.ptr(gather_arg), x.data_ptr(), out.data_ptr(),
                   rt.ptr(arg), *work, *self.sizes)
         if self.combine is not None:

@@ -302,6 +302,40 @@ def test_gespmm_split_rows_fold_again_and_on_another_stream(k, reduce, in_kernel
     assert torch.equal(other[0], out) and len(plan.workspaces) == 2
 
 
+@pytest.mark.parametrize("in_kernel", [True, False])
+def test_gespmm_split_rows_in_cuda_graphs(in_kernel, monkeypatch):
+    """A call captured into a CUDA graph gets a split-row workspace of its own, its counters' zeroing captured
+    with it (run at each replay, not at capture). A second graph captured on the same stream, and an eager call
+    on that stream afterwards, must not pick up a workspace whose zeroing never ran (poisoned here the way such
+    memory may hold anything); each gives the eager result bit for bit."""
+    monkeypatch.setattr(spmm_kernels, "FOLD_MAX_PARTIALS", 1 << 40 if in_kernel else 0)
+    g = graph("big_hub")
+    x = torch.randn(g.num_src, 64, device="cuda")
+    plan = spmm_kernels.GespmmPlan(g.csr.rowptr, g.csr.col.int(), k=64, dtype=torch.float32,
+                                   schedule=spmm_kernels.row_schedule(g.csr.rowptr, 32))
+    assert plan.fold_in_kernel == in_kernel
+    expected = plan(x)[0]
+    stream = torch.cuda.Stream()
+    graphs, outs = [], []
+    for _ in range(2):
+        captured = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(captured, stream=stream):
+            outs.append(plan(x)[0])
+        graphs.append(captured)
+    kept = plan.workspaces.get(stream.cuda_stream)
+    if kept is not None and kept[0] is not None:
+        kept[0].fill_(12345)
+    graphs[1].replay()
+    graphs[0].replay()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        eager = plan(x)[0]
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    for out in (*outs, eager):
+        assert torch.equal(out, expected)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_auto_and_layers_run_on_backend(backend):
     nn = pytest.importorskip("graphfuse.nn")

@@ -31,8 +31,11 @@ from graphfuse.samplers.saint_norm import NORMS, SaintNorm, compute_saint_norm, 
 from graphfuse.samplers.subgraph import _check_square
 
 
-def make_generator(device: torch.device, seed: int | None) -> torch.Generator:
-    """A generator on ``device`` seeded with ``seed`` (a fresh random seed when None)."""
+def make_generator(device: torch.device, seed: int | None, owner: str = "make_generator") -> torch.Generator:
+    """A generator on ``device`` seeded with ``seed`` (a fresh random seed when None); ``owner`` leads the error
+    message of a bad seed."""
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not -2**63 <= seed < 2**64):
+        raise ValueError(f"{owner}: seed must be None or an int in [-2**63, 2**64) (torch's seed range); got {seed!r}")
     generator = torch.Generator(device=device)
     if seed is None:
         generator.seed()
@@ -140,7 +143,7 @@ class SaintLoader:
         self.sampler = sampler
         self.num_steps = num_steps
         self.norm = norm
-        self.generator = make_generator(graph.device, seed)
+        self.generator = make_generator(graph.device, seed, "SaintLoader")
         self._gatherer = _Gatherer(graph, x, y, node_data, "SaintLoader")
         self.training = training_subgraph(graph, train_mask.to(graph.device)) if norm == "paper" else None
         self.saint_norm: SaintNorm | None = None
@@ -231,7 +234,7 @@ class NeighborLoader:
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.drop_last = drop_last
-        self.generator = make_generator(graph.device, seed)
+        self.generator = make_generator(graph.device, seed, "NeighborLoader")
         self._gatherer = _Gatherer(graph, x, y, node_data, "NeighborLoader")
 
     @staticmethod

@@ -184,3 +184,13 @@ def test_loader_argument_checks():
         SaintLoader(graph, SaintNodeSampler(5), num_steps=0)
     with pytest.raises(TypeError, match="GraphSAINT sampler"):
         SaintLoader(graph, object())
+
+
+@pytest.mark.parametrize("bad", [1.5, "0", True, 2**64, -2**63 - 1])
+def test_loaders_name_a_bad_seed(bad):
+    """A float seed failed inside torch with a RuntimeError, 2**64 with an 'Overflow' ValueError naming nothing,
+    and True seeded as 1."""
+    graph = make_graph_case("hub")
+    for make in (lambda: NeighborLoader(graph, [2], seed=bad), lambda: SaintLoader(graph, SaintNodeSampler(5), seed=bad)):
+        with pytest.raises(ValueError, match=r"Loader: seed must be None or an int in \[-2\*\*63, 2\*\*64\)"):
+            make()

@@ -228,7 +228,7 @@ class NeighborLoader:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"NeighborLoader: batch_size must be an int ≥ 1; got {batch_size!r}")
         self.graph = graph
-        self.sampler = NeighborSampler(tuple(num_neighbors), replace=replace, subgraph_type=subgraph_type,
+        self.sampler = NeighborSampler(num_neighbors, replace=replace, subgraph_type=subgraph_type,
                                        disjoint=disjoint)
         self.input_nodes = self._input_nodes(graph, input_nodes)
         self.batch_size = batch_size

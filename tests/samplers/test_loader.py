@@ -186,6 +186,14 @@ def test_loader_argument_checks():
         SaintLoader(graph, object())
 
 
+@pytest.mark.parametrize("bad", [2, None])
+def test_neighbor_loader_names_num_neighbors_that_is_not_a_sequence(bad):
+    """The loader called tuple() on it first: a bare TypeError "'int' object is not iterable"."""
+    with pytest.raises(TypeError, match="num_neighbors must be a sequence of ints"):
+        NeighborLoader(make_graph_case("hub"), bad)
+    assert NeighborLoader(make_graph_case("hub"), [3, -1]).sampler.num_neighbors == (3, -1)
+
+
 @pytest.mark.parametrize("bad", [1.5, "0", True, 2**64, -2**63 - 1])
 def test_loaders_name_a_bad_seed(bad):
     """A float seed failed inside torch with a RuntimeError, 2**64 with an 'Overflow' ValueError naming nothing,

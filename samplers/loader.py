@@ -130,8 +130,9 @@ class SaintLoader:
             raise ValueError(f"SaintLoader: num_steps must be an int ≥ 1; got {num_steps!r}")
         if norm not in NORMS:
             raise ValueError(f"SaintLoader: norm must be one of {list(NORMS)}; got {norm!r}")
-        if sample_coverage < 0:
-            raise ValueError(f"SaintLoader: sample_coverage must be ≥ 0; got {sample_coverage!r}")
+        if (isinstance(sample_coverage, bool) or not isinstance(sample_coverage, (int, float))
+                or not 0 <= sample_coverage < math.inf):
+            raise ValueError(f"SaintLoader: sample_coverage must be a finite number ≥ 0; got {sample_coverage!r}")
         if train_mask is None and node_data is not None:
             train_mask = node_data.get("train_mask")
         if norm == "paper" and train_mask is None:

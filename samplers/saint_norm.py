@@ -167,8 +167,9 @@ def count_saint_samples(
     Shapes:
         node_count: (N,) int64; edge_count: (E,) int64.
     """
-    if not sample_coverage > 0:
-        raise ValueError(f"count_saint_samples: sample_coverage must be > 0; got {sample_coverage!r}")
+    if (isinstance(sample_coverage, bool) or not isinstance(sample_coverage, (int, float))
+            or not 0 < sample_coverage < math.inf):
+        raise ValueError(f"count_saint_samples: sample_coverage must be a finite number > 0; got {sample_coverage!r}")
     if method not in ("auto", "candidates", "bitmask"):
         raise ValueError(f"count_saint_samples: method must be 'auto', 'candidates' or 'bitmask'; got {method!r}")
     n, device = graph.num_nodes, graph.device

@@ -14,6 +14,7 @@ from graphfuse.samplers import (
     SaintLoader,
     SaintNodeSampler,
     SaintRandomWalkSampler,
+    count_saint_samples,
 )
 
 
@@ -184,6 +185,16 @@ def test_loader_argument_checks():
         SaintLoader(graph, SaintNodeSampler(5), num_steps=0)
     with pytest.raises(TypeError, match="GraphSAINT sampler"):
         SaintLoader(graph, object())
+
+
+@pytest.mark.parametrize("bad", [None, "50", float("inf"), float("nan"), -1])
+def test_saint_loader_names_a_bad_sample_coverage(bad):
+    """None or a str failed on '<' with a bare TypeError; inf passed every check and raised an OverflowError from
+    math.ceil in the pre-sampling; NaN passed the loader's check."""
+    with pytest.raises(ValueError, match="sample_coverage must be a finite number"):
+        SaintLoader(make_graph_case("hub"), SaintNodeSampler(5), sample_coverage=bad)
+    with pytest.raises(ValueError, match="sample_coverage must be a finite number > 0"):
+        count_saint_samples(make_graph_case("hub"), SaintNodeSampler(5), bad)
 
 
 @pytest.mark.parametrize("bad", [2, None])

@@ -8,7 +8,7 @@ Choice per call: an explicit ``backend=`` name is honoured or refused (never a s
 takes the highest-``priority`` backend that has the op, runs on the device, is available and whose
 ``supports(op, **call)`` accepts the call. With ``deterministic=True`` (the default under
 ``torch.use_deterministic_algorithms(True)``) only backends deterministic on that device qualify: no float
-atomics there, or PyTorch ops only while that flag is on (the reference on CUDA).
+atomics there, or PyTorch ops only while that flag is on without ``warn_only`` (the reference on CUDA).
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ class Graph:
         num_nodes: number of nodes of a square graph. Defaults to ``max(edge_index) + 1``.
         edge_weight: optional (E,) floating-point weights.
         num_src, num_dst: sizes of a bipartite block (sources, targets); give both instead of ``num_nodes``.
-        validate: check index ranges (one device sync); disable only for indices known to be valid.
+        validate: check index ranges (device syncs); disable only for indices known to be valid.
 
     Example:
         >>> g = Graph(torch.tensor([[0, 1, 2], [1, 2, 0]]), num_nodes=3)

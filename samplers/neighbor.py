@@ -257,6 +257,8 @@ class NeighborSampler:
         """
         _check_square(graph, "NeighborSampler")
         check_generator(generator, graph.device, "NeighborSampler")
+        if not isinstance(seeds, Tensor):
+            raise TypeError(f"NeighborSampler: seeds must be a 1-D integer tensor; got {type(seeds).__name__}")
         if seeds.dim() != 1 or seeds.dtype not in (torch.int64, torch.int32):
             raise ValueError(f"NeighborSampler: seeds must be a 1-D integer tensor; got {tuple(seeds.shape)} "
                              f"{seeds.dtype}")

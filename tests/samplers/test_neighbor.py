@@ -271,6 +271,8 @@ def test_argument_checks():
         NeighborSampler([3], subgraph_type="both")
     with pytest.raises(ValueError, match="seeds"):
         NeighborSampler([3])(diamond(), torch.tensor([[0]]))
+    with pytest.raises(TypeError, match="NeighborSampler: seeds must be a 1-D integer tensor; got list"):
+        NeighborSampler([3])(diamond(), [0, 1])  # was an AttributeError ('list' object has no attribute 'dim')
     n = diamond().num_nodes
     for disjoint in (False, True):  # -1 was taken silently in disjoint mode (x[-1] gathered later)
         for bad in ([-1], [0, n]):

@@ -8,6 +8,8 @@ datasets). A full-graph batch's target rows are the stage's mask. A sampled batc
 stage's mask when the batch carries one (``train_mask``); a GraphSAINT batch's loss is
 ``Σ node_norm_v · loss_v`` over them (:func:`node_loss`): an unbiased estimate of the full graph's summed
 training loss divided by N (PyG's normalisation) or by the number of training nodes (the paper's).
+An epoch's value of a logged number is the batches' values weighted by the rows each scored (not by the
+subgraph's size); a GraphSAINT loss, an estimate of the whole by itself, counts once per batch.
 ``train/epoch_time`` is the wall time of each training epoch (forward, backward and optimiser step;
 validation excluded).
 """
@@ -117,18 +119,21 @@ class NodeClassifier(pl.LightningModule):
         logits, target = logits[mask], batch.y[mask]
         loss = node_loss(logits, target, weight)
         pred = logits.argmax(dim=-1)
-        log = {"on_step": False, "on_epoch": True, "batch_size": getattr(batch, "batch_size", 1)}
-        self.log(f"{stage}/loss", loss, prog_bar=stage == "train", **log)
+        # The epoch value of a per-batch number is its mean weighted by the rows the batch scored (not by the
+        # subgraph's size); a node_norm-weighted loss estimates the whole graph's loss by itself and counts once.
+        rows = target.numel()
+        log = {"on_step": False, "on_epoch": True}
+        self.log(f"{stage}/loss", loss, prog_bar=stage == "train", batch_size=rows if weight is None else 1, **log)
         for name in ("acc", "f1_micro"):
             metric = self.metrics[f"{stage}_{name}"]
             metric.update(pred, target)
-            self.log(f"{stage}/{name}", metric, prog_bar=stage == "val" and name == "acc", **log)
-        if self.evaluator is not None:
+            self.log(f"{stage}/{name}", metric, prog_bar=stage == "val" and name == "acc", batch_size=rows, **log)
+        if self.evaluator is not None and rows:
             result = self.evaluator.eval(
                 {"y_true": target.unsqueeze(-1).cpu(), "y_pred": pred.unsqueeze(-1).cpu()}
             )
             metric = self.evaluator.eval_metric
-            self.log(f"{stage}/ogb_{metric}", float(result[metric]), **log)
+            self.log(f"{stage}/ogb_{metric}", float(result[metric]), batch_size=rows, **log)
         return loss
 
     def training_step(self, batch: FullGraphBatch | Batch, batch_idx: int) -> Tensor:

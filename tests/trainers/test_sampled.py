@@ -154,3 +154,69 @@ def test_validation_every_second_epoch(sampled, tmp_path):
     with open(tmp_path / "run" / "logs" / "version_0" / "metrics.csv") as f:
         val_epochs = {int(row["epoch"]) for row in csv.DictReader(f) if row.get("val/acc")}
     assert val_epochs == {1} and metrics["best_epoch"] == 1
+
+
+def _fit_one_epoch(batches, **module_args):
+    """Run one training epoch of a frozen (lr = 0) linear classifier over ``batches``; the epoch's logged metrics."""
+    import lightning.pytorch as pl
+    from torch.utils.data import DataLoader
+
+    from graphfuse.trainers.module import NodeClassifier
+
+    model = torch.nn.Linear(2, 2)
+    with torch.no_grad():
+        model.weight.copy_(torch.eye(2))
+        model.bias.zero_()
+    module = NodeClassifier(model, num_classes=2, lr=0.0, weight_decay=0.0, **module_args)
+    module.forward = lambda x, graph: module.model(x)
+    trainer = pl.Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0)
+    trainer.fit(module, train_dataloaders=DataLoader(batches, batch_size=None, collate_fn=lambda b: b))
+    return module, {k: float(v) for k, v in trainer.callback_metrics.items()}
+
+
+def _subgraph_batch(num_nodes, train, node_norm=None, x=None) -> Batch:
+    """A batch of ``num_nodes`` edgeless nodes with labels 0, 1, 0, ... (the logits are the features)."""
+    x = torch.linspace(-1, 1, 2 * num_nodes).view(num_nodes, 2) if x is None else torch.tensor(x)
+    graph = Graph(torch.empty(2, 0, dtype=torch.long), num_nodes=num_nodes)
+    return Batch(graph=graph, n_id=torch.arange(num_nodes), e_id=torch.empty(0, dtype=torch.long), x=x,
+                 y=torch.arange(num_nodes) % 2, node_data={"train_mask": torch.tensor(train)},
+                 batch_size=num_nodes, node_norm=node_norm)
+
+
+def test_epoch_metrics_weight_each_batch_by_the_rows_it_scored():
+    # Two GraphSAINT-like batches: 6 nodes of which 1 is a training node, and 2 nodes, both training nodes.
+    # A batch's mean loss and ogb accuracy count once per scored row (1 and 2), not per subgraph node (6 and 2).
+    # The first batch's training row is right (label 0, logits [1, 0]), the second's rows half right.
+    first = [[0.0, 0.0]] * 2 + [[1.0, 0.0]] + [[0.0, 0.0]] * 3
+    batches = [_subgraph_batch(6, [False, False, True, False, False, False], x=first),
+               _subgraph_batch(2, [True, True], x=[[0.0, 2.0], [0.0, 2.0]])]
+    module, logged = _fit_one_epoch(batches, ogb_name="ogbn-products")
+    losses, hits, rows = [], [], []
+    with torch.no_grad():
+        for batch in batches:
+            mask, _ = target_rows(batch, "train")
+            logits = module.model(batch.x[mask])
+            losses.append(F.cross_entropy(logits, batch.y[mask]).item())
+            hits.append((logits.argmax(-1) == batch.y[mask]).double().mean().item())
+            rows.append(int(mask.sum()))
+    expected_loss = sum(r * v for r, v in zip(rows, losses)) / sum(rows)
+    expected_acc = sum(r * v for r, v in zip(rows, hits)) / sum(rows)
+    assert hits == [1.0, 0.5] and losses[0] != pytest.approx(losses[1])  # the weighting matters
+    assert logged["train/loss"] == pytest.approx(expected_loss, rel=1e-5)
+    assert logged["train/ogb_acc"] == pytest.approx(expected_acc, rel=1e-5)
+    assert logged["train/acc"] == pytest.approx(expected_acc, rel=1e-5)  # torchmetrics counts rows itself
+
+
+def test_epoch_loss_of_normalised_batches_is_the_mean_of_their_estimates():
+    # A node_norm-weighted batch loss estimates the whole graph's loss by itself: each batch counts once.
+    batches = [_subgraph_batch(6, [False, False, True, False, False, True], node_norm=torch.full((6,), 0.5)),
+               _subgraph_batch(2, [True, False], node_norm=torch.full((2,), 2.0))]
+    module, logged = _fit_one_epoch(batches)
+    with torch.no_grad():
+        estimates = []
+        for batch in batches:
+            mask, weight = target_rows(batch, "train")
+            estimates.append(node_loss(module.model(batch.x[mask]), batch.y[mask], weight).item())
+    assert estimates[0] != pytest.approx(estimates[1])
+    assert logged["train/loss"] == pytest.approx(sum(estimates) / 2, rel=1e-5)

@@ -154,6 +154,11 @@ class NodeClassifier(pl.LightningModule):
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Restore torch's random state, and give the saved optimiser state this module's ``lr`` and
+        ``weight_decay`` (Lightning restores the checkpoint's param groups: a resume's optim overrides were lost)."""
+        for state in checkpoint.get("optimizer_states", []):
+            for group in state["param_groups"]:
+                group.update(lr=self.lr, weight_decay=self.weight_decay)
         states = checkpoint.get("rng_states")
         if states is None:  # a checkpoint written before the random state was kept
             return

@@ -182,3 +182,18 @@ def test_fresh_run_forgets_an_earlier_runs_wandb_id(tiny, tmp_path):
     (run / run_module.WANDB_ID).write_text("old-run\n")  # as a wandb-logged run left it
     train(load_config([*tiny, "trainer.max_epochs=1"]), verbose=False)
     assert not (run / run_module.WANDB_ID).exists()  # a later resume must not continue old-run
+
+
+def test_resume_trains_with_this_runs_optimiser_settings(tiny, tmp_path):
+    # Lightning restores the optimiser's param groups from the checkpoint, lr and weight decay included: resumed
+    # with lr=0, the weights must stay as last.ckpt left them (optim.* may change on a resume).
+    run = tmp_path / "run"
+    train(load_config([*tiny, "trainer.max_epochs=2"]), verbose=False)
+    before = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+    train(load_config([*tiny, "trainer.max_epochs=4", "trainer.resume=true", "optim.lr=0", "optim.weight_decay=0"]),
+          verbose=False)
+    after = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)
+    assert after["epoch"] == 3
+    assert [(g["lr"], g["weight_decay"]) for g in after["optimizer_states"][0]["param_groups"]] == [(0.0, 0.0)]
+    weights = [key for key in before if key.startswith("model.")]
+    assert weights and all(torch.equal(before[key], after["state_dict"][key]) for key in weights)

@@ -161,6 +161,10 @@ class Config:
 
 SAMPLERS = (None, "saint_rw", "saint_node", "saint_edge", "neighbor")
 """Valid ``sampler.name`` values (None: full-graph training); trainers/build.py maps them to loaders."""
+PRECISIONS = ("32", "32-true", "16-mixed", "bf16-mixed", "16", "bf16")
+"""Valid ``trainer.precision`` values: float32 or mixed precision. Lightning's true half and double precisions
+(``16-true``, ``bf16-true``, ``64-true``) convert every batch with ``apply_to_collection``, which refuses
+graphfuse's frozen batch dataclasses."""
 SAINT_PARAMS = {"saint_rw": ("roots", "walk_length"), "saint_node": ("budget",), "saint_edge": ("budget",)}
 """The sampler-section keys each GraphSAINT sampler is constructed from."""
 _CHOICES = {
@@ -169,6 +173,7 @@ _CHOICES = {
     ("sampler", "name"): SAMPLERS,
     ("sampler", "norm"): ("pyg", "paper"),
     ("sampler", "subgraph_type"): ("directional", "bidirectional", "induced"),
+    ("trainer", "precision"): PRECISIONS,
 }
 
 

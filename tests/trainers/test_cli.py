@@ -64,4 +64,12 @@ def test_tiny_run_writes_the_run_directory(capsys, tmp_path, tiny):
 
 
 def test_trainer_setting_lightning_rejects_exits_2(capsys, tiny):
-    _fails_cleanly(capsys, [*tiny, "trainer.precision=17"], "invalid trainer settings", "precision")
+    _fails_cleanly(capsys, [*tiny, "trainer.accelerator=abacus"], "invalid trainer settings", "accelerator")
+
+
+def test_true_precision_exits_2_and_leaves_the_earlier_run(capsys, tiny, tmp_path):
+    # Lightning's '-true' precisions convert every batch with apply_to_collection, which refuses graphfuse's
+    # frozen batch dataclasses: the run failed with a traceback after clearing the earlier run's checkpoints.
+    assert main([*tiny, "trainer.max_epochs=1"]) == 0
+    _fails_cleanly(capsys, [*tiny, "trainer.max_epochs=1", "trainer.precision=64-true"], "trainer.precision", "32")
+    assert (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()

@@ -88,6 +88,8 @@ def test_unknown_top_level_key_lists_the_sections():
         (["seed=-1"], "'seed'"),
         (["trainer.devices=2"], "trainer.devices"),
         (["trainer.max_epochs=2", "trainer.check_val_every_n_epoch=10"], "no epoch would be validated"),
+        (["trainer.precision=64"], "trainer.precision"),
+        (["trainer.precision=bf16-true"], "bf16-mixed"),
     ],
 )
 def test_bad_configs_raise_config_error(overrides, fragment):

@@ -17,13 +17,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
 from graphfuse.data import DatasetNotFoundError, NodeDataset, dataset_options, default_root, load_dataset
-from graphfuse.engine import registered_backends
+from graphfuse.engine import registered_backends, resolve
 from graphfuse.engine.attention import FUSED
 from graphfuse.graph import Graph
+from graphfuse.kernels import runtime
 from graphfuse.nn import GAT, GCN, MODELS
 from graphfuse.trainers.config import SAINT_PARAMS, ConfigError
 from graphfuse.trainers.datamodule import FullGraphDataModule
@@ -110,6 +112,25 @@ def build_model(cfg: DictConfig, in_channels: int, out_channels: int) -> nn.Modu
         return MODEL_BUILDERS[cfg.name](in_channels, cfg.hidden, out_channels, **kwargs)
     except (ValueError, TypeError, RuntimeError) as error:
         raise ConfigError(f"cannot build model '{cfg.name}' from the model section: {error}.") from None
+
+
+def check_backend(cfg: DictConfig, device: torch.device) -> None:
+    """Check that the ``model`` section's ``backend`` runs on the training ``device``: a CUDA kernel backend on a
+    CPU run would raise only in the first forward pass, after the run directory was cleared.
+
+    Raises:
+        ConfigError: the backend does not run on ``device`` here (device type, CuPy, torch's determinism flag).
+    """
+    if cfg.backend == "auto":
+        return
+    try:
+        if cfg.backend != FUSED:
+            resolve("aggregate", device, cfg.backend)
+        elif device.type != "cuda" or not runtime.is_available():  # GAT's fused attention: CUDA kernels
+            raise ValueError(f"backend {FUSED!r} runs on cuda tensors with CuPy installed")
+    except (ValueError, RuntimeError) as error:
+        raise ConfigError(f"invalid value for 'model.backend': this run trains on {device.type}, where "
+                          f"{cfg.backend!r} cannot run ({error}); use model.backend=auto.") from None
 
 
 def build_dataset(cfg: DictConfig) -> NodeDataset:

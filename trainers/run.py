@@ -31,7 +31,7 @@ from lightning.pytorch.loggers import CSVLogger, Logger
 from omegaconf import DictConfig, OmegaConf
 
 import graphfuse
-from graphfuse.trainers.build import build_datamodule, build_dataset, build_model
+from graphfuse.trainers.build import build_datamodule, build_dataset, build_model, check_backend
 from graphfuse.trainers.config import ConfigError, resolved_output_dir
 from graphfuse.trainers.module import STAGES, NodeClassifier
 
@@ -262,6 +262,7 @@ def _fit_and_test(cfg: DictConfig, trainer: pl.Trainer, checkpoint: ModelCheckpo
                   out: Path, resolved: dict[str, Any], start: float, verbose: bool) -> dict[str, Any]:
     """Build the data and model, then (only then: a bad config leaves an earlier run's directory as it was)
     prepare the run directory, fit, test and write metrics.json."""
+    check_backend(cfg.model, trainer.strategy.root_device)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     dataset = build_dataset(cfg.data)
     model = build_model(cfg.model, dataset.num_features, dataset.num_classes)

@@ -73,3 +73,13 @@ def test_true_precision_exits_2_and_leaves_the_earlier_run(capsys, tiny, tmp_pat
     assert main([*tiny, "trainer.max_epochs=1"]) == 0
     _fails_cleanly(capsys, [*tiny, "trainer.max_epochs=1", "trainer.precision=64-true"], "trainer.precision", "32")
     assert (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()
+
+
+@pytest.mark.parametrize("backend", ["gespmm", "fused"])
+def test_cuda_backend_on_a_cpu_run_exits_2_and_leaves_the_earlier_run(capsys, tiny, tmp_path, backend):
+    # A CUDA kernel backend on a CPU run raised inside the first forward pass (a traceback), after the earlier
+    # run's checkpoints were cleared.
+    assert main([*tiny, "trainer.max_epochs=1"]) == 0
+    _fails_cleanly(capsys, [*tiny, "trainer.max_epochs=1", "model=gat", "model.heads=2", f"model.backend={backend}"],
+                   "model.backend", "cpu")
+    assert (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()

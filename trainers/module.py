@@ -9,7 +9,8 @@ stage's mask when the batch carries one (``train_mask``); a GraphSAINT batch's l
 ``Σ node_norm_v · loss_v`` over them (:func:`node_loss`): an unbiased estimate of the full graph's summed
 training loss divided by N (PyG's normalisation) or by the number of training nodes (the paper's).
 An epoch's value of a logged number is the batches' values weighted by the rows each scored (not by the
-subgraph's size); a GraphSAINT loss, an estimate of the whole by itself, counts once per batch.
+subgraph's size); a GraphSAINT loss, an estimate of the whole by itself, counts once per batch. A training batch
+without target rows and without ``node_norm`` is skipped (no step, nothing logged).
 ``train/epoch_time`` is the wall time of each training epoch (forward, backward and optimiser step;
 validation excluded).
 """
@@ -113,10 +114,12 @@ class NodeClassifier(pl.LightningModule):
     def forward(self, x: Tensor, graph: Any) -> Tensor:
         return self.model(x, graph)
 
-    def _shared_step(self, batch: FullGraphBatch | Batch, stage: str) -> Tensor:
+    def _shared_step(self, batch: FullGraphBatch | Batch, stage: str) -> Tensor | None:
         logits = self(batch.x, batch.graph)
         mask, weight = target_rows(batch, stage)
         logits, target = logits[mask], batch.y[mask]
+        if stage == "train" and weight is None and not target.numel():
+            return None  # a sampled batch without target rows: nothing to learn or log (its mean loss is NaN)
         loss = node_loss(logits, target, weight)
         pred = logits.argmax(dim=-1)
         # The epoch value of a per-batch number is its mean weighted by the rows the batch scored (not by the
@@ -136,13 +139,13 @@ class NodeClassifier(pl.LightningModule):
             self.log(f"{stage}/ogb_{metric}", float(result[metric]), batch_size=rows, **log)
         return loss
 
-    def training_step(self, batch: FullGraphBatch | Batch, batch_idx: int) -> Tensor:
+    def training_step(self, batch: FullGraphBatch | Batch, batch_idx: int) -> Tensor | None:
         return self._shared_step(batch, "train")
 
-    def validation_step(self, batch: FullGraphBatch | Batch, batch_idx: int) -> Tensor:
+    def validation_step(self, batch: FullGraphBatch | Batch, batch_idx: int) -> Tensor | None:
         return self._shared_step(batch, "val")
 
-    def test_step(self, batch: FullGraphBatch | Batch, batch_idx: int) -> Tensor:
+    def test_step(self, batch: FullGraphBatch | Batch, batch_idx: int) -> Tensor | None:
         return self._shared_step(batch, "test")
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

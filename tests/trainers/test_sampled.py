@@ -220,3 +220,15 @@ def test_epoch_loss_of_normalised_batches_is_the_mean_of_their_estimates():
             estimates.append(node_loss(module.model(batch.x[mask]), batch.y[mask], weight).item())
     assert estimates[0] != pytest.approx(estimates[1])
     assert logged["train/loss"] == pytest.approx(sum(estimates) / 2, rel=1e-5)
+
+
+def test_a_batch_without_target_rows_is_skipped():
+    # A GraphSAINT subgraph without training nodes and without node_norm: its mean loss would be NaN, which
+    # poisoned the epoch's train/loss (NaN x 0 rows is still NaN) and stepped Adam on nothing. It is skipped.
+    batches = [_subgraph_batch(3, [False, False, False]),
+               _subgraph_batch(2, [True, True], x=[[0.0, 2.0], [0.0, 2.0]])]
+    module, logged = _fit_one_epoch(batches)
+    with torch.no_grad():
+        mask, _ = target_rows(batches[1], "train")
+        expected = F.cross_entropy(module.model(batches[1].x[mask]), batches[1].y[mask]).item()
+    assert logged["train/loss"] == pytest.approx(expected, rel=1e-5)

@@ -126,7 +126,13 @@ def _prepare_checkpoints(cfg: DictConfig, ckpt_dir: Path, resolved: dict[str, An
                 f"trainer.resume (or point output_dir= at the run to continue)."
             )
         # mmap: only the epoch and hyper-parameters are read here; fit loads the whole checkpoint itself
-        saved = torch.load(last, map_location="cpu", weights_only=False, mmap=True)
+        try:
+            saved = torch.load(last, map_location="cpu", weights_only=False, mmap=True)
+        except (RuntimeError, OSError) as error:  # cut short, empty, not a checkpoint, unreadable
+            raise ConfigError(
+                f"trainer.resume=true: cannot read {last} ({str(error).splitlines()[0]}); the file is damaged or "
+                "not a checkpoint: start a fresh run (without trainer.resume), or put a readable last.ckpt there."
+            ) from None
         before = saved.get("hyper_parameters", {}).get("config") or {}
         for section in ("data", "model"):  # what the weights were trained for; optim, trainer, sampler may change
             old, new = before.get(section, {}), resolved[section]

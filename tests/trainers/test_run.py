@@ -197,3 +197,14 @@ def test_resume_trains_with_this_runs_optimiser_settings(tiny, tmp_path):
     assert [(g["lr"], g["weight_decay"]) for g in after["optimizer_states"][0]["param_groups"]] == [(0.0, 0.0)]
     weights = [key for key in before if key.startswith("model.")]
     assert weights and all(torch.equal(before[key], after["state_dict"][key]) for key in weights)
+
+
+def test_resume_from_an_unreadable_checkpoint_is_a_config_error(tiny, tmp_path):
+    from graphfuse.trainers.config import ConfigError
+
+    train(load_config([*tiny, "trainer.max_epochs=1"]), verbose=False)
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    for content in (last.read_bytes()[: last.stat().st_size // 2], b""):  # cut short, or empty
+        last.write_bytes(content)
+        with pytest.raises(ConfigError, match="cannot read .*last.ckpt"):
+            train(load_config([*tiny, "trainer.max_epochs=2", "trainer.resume=true"]), verbose=False)

@@ -264,6 +264,20 @@ def _finish_wandb(trainer: pl.Trainer) -> None:
         wandb.finish()
 
 
+def _start_wandb(cfg: DictConfig, logger: Logger) -> str:
+    """Start ``logger``'s wandb run (Lightning would at fit) and return its id; wandb's own errors (no API key for
+    ``logger.wandb_mode=online``, no network) become a :class:`ConfigError`."""
+    import wandb
+
+    try:
+        return logger.experiment.id
+    except wandb.errors.Error as error:
+        raise ConfigError(
+            f"logger.wandb_mode={cfg.logger.wandb_mode}: wandb could not start the run ({error}); run `wandb login` "
+            "for online logging, or use logger.wandb_mode=offline or logger.wandb=false."
+        ) from None
+
+
 def _fit_and_test(cfg: DictConfig, trainer: pl.Trainer, checkpoint: ModelCheckpoint, stopper: EarlyStopping,
                   out: Path, resolved: dict[str, Any], start: float, verbose: bool) -> dict[str, Any]:
     """Build the data and model, then (only then: a bad config leaves an earlier run's directory as it was)
@@ -281,8 +295,8 @@ def _fit_and_test(cfg: DictConfig, trainer: pl.Trainer, checkpoint: ModelCheckpo
     (out / "metrics.json").unlink(missing_ok=True)
     if not cfg.trainer.resume:  # a fresh run: an earlier run's wandb id must not be resumed later
         (out / WANDB_ID).unlink(missing_ok=True)
-    for logger in _wandb_loggers(trainer):  # starts the wandb run (Lightning would at fit) and records its id
-        (out / WANDB_ID).write_text(logger.experiment.id + "\n")
+    for logger in _wandb_loggers(trainer):
+        (out / WANDB_ID).write_text(_start_wandb(cfg, logger) + "\n")
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*does not have many workers.*")
         warnings.filterwarnings("ignore", message=".*is smaller than the logging interval.*")

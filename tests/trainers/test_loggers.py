@@ -79,3 +79,30 @@ def test_resume_continues_the_wandb_run_of_the_run_directory(tmp_path, wandb_cal
     run._loggers(load_config(["trainer.resume=true"]), tmp_path, {})
     assert "id" not in calls[0]  # a fresh run: a new wandb run
     assert (calls[1]["id"], calls[1]["resume"]) == ("abc123", "allow")
+
+
+def test_wandb_failing_to_start_is_a_config_error(tiny, tmp_path, monkeypatch):
+    """logger.wandb_mode=online without `wandb login` (or without network): wandb.init raises wandb's own error,
+    which ended the run with a traceback."""
+    from lightning.pytorch.loggers import Logger
+
+    from graphfuse.trainers.config import ConfigError
+
+    class UsageError(Exception):
+        pass
+
+    errors = types.SimpleNamespace(Error=Exception, UsageError=UsageError)
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(errors=errors, finish=lambda: None))
+
+    class WandbLogger(Logger):  # Lightning's WandbLogger as it fails: the run starts on first use of .experiment
+        name, version = "wandb", "0"
+        log_metrics = log_hyperparams = lambda self, *args, **kwargs: None
+
+        @property
+        def experiment(self):
+            raise UsageError("No API key configured. Use `wandb login` to log in.")
+
+    monkeypatch.setattr(run, "_loggers", lambda cfg, out, resolved: [CSVLogger(str(out)), WandbLogger()])
+    with pytest.raises(ConfigError, match="logger.wandb_mode=online.*No API key configured.*wandb login"):
+        run.train(load_config([*tiny, "trainer.max_epochs=1", "logger.wandb=true", "logger.wandb_mode=online"]),
+                  verbose=False)

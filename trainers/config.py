@@ -391,7 +391,7 @@ def load_config(overrides: Iterable[str] = ()) -> DictConfig:
 
 
 def resolved_output_dir(cfg: DictConfig) -> Path:
-    """``cfg.output_dir``, or ``runs/<experiment>/seed<seed>`` when unset."""
+    """``cfg.output_dir`` (``~`` expanded, as in ``data.root``), or ``runs/<experiment>/seed<seed>`` when unset."""
     if cfg.output_dir:
-        return Path(cfg.output_dir)
+        return Path(cfg.output_dir).expanduser()
     return Path("runs") / cfg.experiment / f"seed{cfg.seed}"

@@ -8,7 +8,15 @@ from omegaconf.errors import ConfigAttributeError
 
 from graphfuse.graph import Graph
 from graphfuse.trainers.build import MODEL_BUILDERS, build_model
-from graphfuse.trainers.config import Config, ConfigError, ModelConfig, available, config_dir, load_config
+from graphfuse.trainers.config import (
+    Config,
+    ConfigError,
+    ModelConfig,
+    available,
+    config_dir,
+    load_config,
+    resolved_output_dir,
+)
 
 
 def test_config_dir_holds_the_yaml_files():
@@ -141,3 +149,10 @@ def test_gat_models_take_the_fused_attention_backend():
     assert build_model(load_config(["model=gat", "model.backend=fused"]).model, 5, 3) is not None
     with pytest.raises(ConfigError, match="'model.backend': 'fused'"):
         build_model(load_config(["model.backend=fused"]).model, 5, 3)  # GCN: no fused attention
+
+
+def test_output_dir_expands_the_home_folder(monkeypatch, tmp_path):
+    # as data.root and sampler.cache_dir do: make's sh and quoted arguments pass '~' through, and the run
+    # directory was a folder named '~' inside the working directory
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert resolved_output_dir(load_config(["output_dir=~/runs/a"])) == tmp_path / "runs" / "a"

@@ -116,6 +116,17 @@ def _loggers(cfg: DictConfig, out: Path, resolved: dict[str, Any]) -> list[Logge
     return loggers
 
 
+def _remove_unrecorded_best(ckpt_dir: Path, saved: dict[str, Any]) -> None:
+    """Delete the best-*.ckpt files that ``saved`` (last.ckpt) does not record as a best checkpoint: a run stopped
+    after writing a new best but before last.ckpt leaves one, which the resumed run would keep beside its own."""
+    recorded = {Path(state["best_model_path"]).name for state in saved.get("callbacks", {}).values()
+                if isinstance(state, dict) and state.get("best_model_path")}
+    for path in ckpt_dir.glob("best-*.ckpt"):
+        if path.name not in recorded:
+            log.warning("removing %s: the run being resumed stopped after writing it, before last.ckpt", path)
+            path.unlink()
+
+
 def _prepare_checkpoints(cfg: DictConfig, ckpt_dir: Path, resolved: dict[str, Any]) -> Path | None:
     """The checkpoint to resume from (``trainer.resume``), or None after clearing old checkpoints."""
     last = ckpt_dir / "last.ckpt"
@@ -148,6 +159,7 @@ def _prepare_checkpoints(cfg: DictConfig, ckpt_dir: Path, resolved: dict[str, An
                 f"trainer.resume=true: {last} was saved at epoch {done} (counting from 0), past trainer.max_epochs="
                 f"{cfg.trainer.max_epochs}; raise trainer.max_epochs to continue that run."
             )
+        _remove_unrecorded_best(ckpt_dir, saved)
         return last
     if ckpt_dir.is_dir() and any(ckpt_dir.iterdir()):
         log.warning("%s holds checkpoints of an earlier run; removing them and starting fresh "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+from pathlib import Path
 
 import pytest
 import torch
@@ -208,3 +209,14 @@ def test_resume_from_an_unreadable_checkpoint_is_a_config_error(tiny, tmp_path):
         last.write_bytes(content)
         with pytest.raises(ConfigError, match="cannot read .*last.ckpt"):
             train(load_config([*tiny, "trainer.max_epochs=2", "trainer.resume=true"]), verbose=False)
+
+
+def test_resume_removes_a_best_checkpoint_the_stopped_run_did_not_record(tiny, tmp_path):
+    # A run stopped after writing best-epoch=002.ckpt but before last.ckpt (epoch 1) left that file; the resumed
+    # run wrote best-epoch=002-v1.ckpt beside it, so checkpoints/ held two best checkpoints.
+    train(load_config([*tiny, "trainer.max_epochs=2"]), verbose=False)
+    ckpts = tmp_path / "run" / "checkpoints"
+    (stray := ckpts / "best-epoch=002.ckpt").write_bytes((ckpts / "last.ckpt").read_bytes())
+    resumed = train(load_config([*tiny, "trainer.max_epochs=3", "trainer.resume=true"]), verbose=False)
+    best = sorted(path.name for path in ckpts.glob("best-*.ckpt"))
+    assert best == [Path(resumed["best_checkpoint"]).name] and (stray.name in best) == (resumed["best_epoch"] == 2)

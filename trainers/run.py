@@ -153,10 +153,10 @@ def _prepare_checkpoints(cfg: DictConfig, ckpt_dir: Path, resolved: dict[str, An
                     f"trainer.resume=true: {', '.join(f'{section}.{k}' for k in changed)} differ from the run being "
                     f"resumed ({last}); resume with that run's {section} settings, or start a fresh run."
                 )
-        done = saved["epoch"]
-        if done > cfg.trainer.max_epochs:  # Lightning's own test, which would raise only after the run began
+        done = saved["epoch"] + 1  # last.ckpt is written at the end of an epoch, counted from 0
+        if done > cfg.trainer.max_epochs:  # Lightning lets done = max_epochs + 1 through and trains nothing
             raise ConfigError(
-                f"trainer.resume=true: {last} was saved at epoch {done} (counting from 0), past trainer.max_epochs="
+                f"trainer.resume=true: {last} was saved after {done} epochs, more than trainer.max_epochs="
                 f"{cfg.trainer.max_epochs}; raise trainer.max_epochs to continue that run."
             )
         _remove_unrecorded_best(ckpt_dir, saved)

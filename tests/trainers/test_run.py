@@ -69,7 +69,7 @@ def test_bad_config_or_resume_leaves_the_earlier_run_untouched(tiny, tmp_path):
                                                         *(run / "checkpoints").iterdir()]}
     with pytest.raises(ConfigError, match="model"):
         train(load_config([*tiny, "trainer.max_epochs=3", "model.num_layers=0"]), verbose=False)
-    with pytest.raises(ConfigError, match="past trainer.max_epochs=1"):
+    with pytest.raises(ConfigError, match="more than trainer.max_epochs=1"):
         train(load_config([*tiny, "trainer.max_epochs=1", "trainer.resume=true"]), verbose=False)
     with pytest.raises(ConfigError, match="model.hidden differ from the run being resumed"):
         train(load_config([*tiny, "trainer.max_epochs=5", "trainer.resume=true", "model.hidden=12"]), verbose=False)
@@ -220,3 +220,15 @@ def test_resume_removes_a_best_checkpoint_the_stopped_run_did_not_record(tiny, t
     resumed = train(load_config([*tiny, "trainer.max_epochs=3", "trainer.resume=true"]), verbose=False)
     best = sorted(path.name for path in ckpts.glob("best-*.ckpt"))
     assert best == [Path(resumed["best_checkpoint"]).name] and (stray.name in best) == (resumed["best_epoch"] == 2)
+
+
+def test_resume_with_fewer_max_epochs_than_the_run_trained_is_refused(tiny, tmp_path):
+    # last.ckpt of a 3-epoch run says epoch 2 (counting from 0): max_epochs=2 was let through, and the "resumed"
+    # run reported epochs_run=3 beside max_epochs=2 without training
+    from graphfuse.trainers.config import ConfigError
+
+    train(load_config([*tiny, "trainer.max_epochs=3"]), verbose=False)
+    with pytest.raises(ConfigError, match="3 epochs, more than trainer.max_epochs=2"):
+        train(load_config([*tiny, "trainer.max_epochs=2", "trainer.resume=true"]), verbose=False)
+    again = train(load_config([*tiny, "trainer.max_epochs=3", "trainer.resume=true"]), verbose=False)
+    assert again["epochs_run"] == 3 and again["epochs_this_run"] == 0  # nothing left to train: tests again

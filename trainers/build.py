@@ -175,6 +175,9 @@ def build_datamodule(cfg: DictConfig, dataset: NodeDataset) -> FullGraphDataModu
     loader ``num_steps``, ``sample_coverage``, ``norm`` and ``normalize_edges = aggr_norm`` (when the coverage
     is > 0); the neighbour loader takes :data:`~graphfuse.trainers.sampled.NEIGHBOR_LOADER_ARGS`.
     Normalisation coefficients are cached under ``sampler.cache_dir`` (null: ``<data root>/saint_norm``).
+
+    Raises:
+        ConfigError: neighbour batches that ``drop_last`` would all drop (``batch_size`` above the training nodes).
     """
     mean_weights = uses_mean_weights(cfg.model)
     sampler = cfg.sampler
@@ -182,6 +185,13 @@ def build_datamodule(cfg: DictConfig, dataset: NodeDataset) -> FullGraphDataModu
         return FullGraphDataModule(dataset, mean_weights=mean_weights, reorder=cfg.data.reorder)
     plain = OmegaConf.to_container(sampler, resolve=True)
     if sampler.name == "neighbor":
+        num_train = int(dataset.train_mask.sum())
+        if sampler.drop_last and sampler.batch_size > num_train:
+            raise ConfigError(
+                f"sampler.batch_size={sampler.batch_size} with sampler.drop_last=true leaves no training batch: "
+                f"dataset '{cfg.data.name}' has {num_train} training nodes; lower sampler.batch_size or set "
+                "sampler.drop_last=false."
+            )
         sampler_args: dict[str, Any] = {}
         loader_args = {key: plain[key] for key in NEIGHBOR_LOADER_ARGS}
     else:

@@ -232,3 +232,11 @@ def test_a_batch_without_target_rows_is_skipped():
         mask, _ = target_rows(batches[1], "train")
         expected = F.cross_entropy(module.model(batches[1].x[mask]), batches[1].y[mask]).item()
     assert logged["train/loss"] == pytest.approx(expected, rel=1e-5)
+
+
+def test_neighbor_batches_larger_than_the_training_set_with_drop_last_are_refused(sampled, tmp_path):
+    # drop_last=true with batch_size above the number of training nodes gave epochs without a training batch:
+    # no validation, no best checkpoint, and trainer.test(ckpt_path="best") raised a ValueError traceback
+    overrides = [*sampled, *SAMPLER_RUNS["neighbor"], "sampler.batch_size=10000", "sampler.drop_last=true"]
+    with pytest.raises(ConfigError, match="sampler.batch_size=10000.*training nodes"):
+        train(load_config([*overrides, "trainer.max_epochs=1"]), verbose=False)

@@ -137,7 +137,8 @@ def build_dataset(cfg: DictConfig) -> NodeDataset:
     """Load the dataset of the ``data`` section.
 
     Raises:
-        ConfigError: unknown dataset name or option (the message lists the valid ones).
+        ConfigError: unknown dataset name or option (the message lists the valid ones), or a dataset without
+            nodes in some split or with fewer than 2 classes (e.g. a tiny synthetic graph).
         graphfuse.data.DatasetNotFoundError: the files are absent and cannot be downloaded.
     """
     try:
@@ -153,13 +154,19 @@ def build_dataset(cfg: DictConfig) -> NodeDataset:
             f"valid options are: {listing}."
         )
     try:
-        return load_dataset(cfg.name, cfg.root, normalize_features=cfg.normalize_features, **options)
+        dataset = load_dataset(cfg.name, cfg.root, normalize_features=cfg.normalize_features, **options)
     except DatasetNotFoundError:  # an OSError with its own message (the folder, the mirror variable)
         raise
     except (ValueError, TypeError) as error:  # an option value the loader rejects
         raise ConfigError(f"invalid data section for dataset '{cfg.name}': {error}.") from None
     except OSError as error:  # e.g. data.root names a file
         raise ConfigError(f"cannot use data.root={cfg.root!r}: {error}.") from None
+    empty = [stage for stage in ("train", "val", "test") if not bool(getattr(dataset, f"{stage}_mask").any())]
+    if empty or dataset.num_classes < 2:  # torchmetrics fails on either, deep inside the first epoch
+        what = f"no {' and no '.join(empty)} nodes" if empty else f"{dataset.num_classes} class"
+        raise ConfigError(f"dataset '{cfg.name}' with these data settings has {what}; training and scoring need "
+                          "nodes in every split and at least 2 classes.")
+    return dataset
 
 
 def uses_mean_weights(cfg: DictConfig) -> bool:

@@ -156,3 +156,15 @@ def test_output_dir_expands_the_home_folder(monkeypatch, tmp_path):
     # directory was a folder named '~' inside the working directory
     monkeypatch.setenv("HOME", str(tmp_path))
     assert resolved_output_dir(load_config(["output_dir=~/runs/a"])) == tmp_path / "runs" / "a"
+
+
+@pytest.mark.parametrize("options, fragment", [
+    (["num_nodes=4", "num_classes=2", "avg_degree=1"], "no val nodes"),  # was torchmetrics' RuntimeError
+    (["num_nodes=20", "num_classes=1", "avg_degree=2"], "1 class"),  # was torchmetrics' ValueError
+])
+def test_build_dataset_refuses_datasets_it_cannot_train_and_score(options, fragment):
+    from graphfuse.trainers.build import build_dataset
+
+    cfg = load_config(["data=synthetic", *(f"data.options.{item}" for item in options)])
+    with pytest.raises(ConfigError, match=fragment):
+        build_dataset(cfg.data)

@@ -10,6 +10,7 @@ Shapes:
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -57,8 +58,10 @@ def git_commit() -> str:
 
 def write_report(report: dict, out: Path, md: Path, markdown: Callable[[dict], str]) -> None:
     """Write ``report`` as JSON to ``out`` and ``markdown(report)`` to ``md``, creating their folders; both record
-    the git commit measured (``report["commit"]``, set here when the script did not)."""
-    report.setdefault("commit", git_commit())
+    the git commit measured (``report["commit"]``, set here when the script did not): ``$GRAPHFUSE_COMMIT`` when
+    set (for a copy of the tree whose git metadata is missing or stale, as on a lent GPU machine), else
+    :func:`git_commit`."""
+    report.setdefault("commit", os.environ.get("GRAPHFUSE_COMMIT") or git_commit())
     for path in (out, md):
         path.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1) + "\n")

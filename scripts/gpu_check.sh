@@ -11,6 +11,8 @@
 #   echo /.benchdata/ >> .git/info/exclude && mkdir -p .benchdata && \
 #     cp ../shared/datasets/mtx/*.mtx ../shared/datasets/musae/facebook/facebook_edges.csv .benchdata/
 # Timeouts: TEST_TIMEOUT, MEMCHECK_TIMEOUT, BENCH_TIMEOUT (seconds); MEMCHECK_SUBSET (a pytest -k expression).
+# GRAPHFUSE_COMMIT: the commit the benchmark records name, for a copy of the tree without up-to-date git metadata
+# (the device tool's copy keeps a stale .git): GRAPHFUSE_COMMIT=<git rev-parse --short HEAD on the dev machine>.
 #
 # quick: the GPU suite stops at the first failures, the benchmark skips the three large RMAT graphs.
 set -uo pipefail

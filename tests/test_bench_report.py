@@ -17,7 +17,8 @@ def _load_script():
     return module
 
 
-def test_write_report_records_the_commit(tmp_path):
+def test_write_report_records_the_commit(tmp_path, monkeypatch):
+    monkeypatch.delenv("GRAPHFUSE_COMMIT", raising=False)
     bench_graphs = _load_script()
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=SCRIPT.parent, capture_output=True,
                           text=True).stdout.strip()
@@ -36,3 +37,10 @@ def test_write_report_keeps_a_commit_given_by_the_script(tmp_path):
     report = {"commit": "abc1234"}
     bench_graphs.write_report(report, tmp_path / "r.json", tmp_path / "r.md", lambda r: "t")
     assert json.loads((tmp_path / "r.json").read_text())["commit"] == "abc1234"
+
+
+def test_write_report_takes_the_commit_from_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRAPHFUSE_COMMIT", "1873d31")
+    bench_graphs = _load_script()
+    bench_graphs.write_report({}, tmp_path / "r.json", tmp_path / "r.md", lambda r: "t")
+    assert json.loads((tmp_path / "r.json").read_text())["commit"] == "1873d31"

@@ -2,25 +2,25 @@
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import subprocess
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_graphs.py"
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("bench_graphs", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture
+def bench_graphs(monkeypatch):
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    return importlib.import_module("bench_graphs")
 
 
-def test_write_report_records_the_commit(tmp_path, monkeypatch):
+def test_write_report_records_the_commit(bench_graphs, tmp_path, monkeypatch):
     monkeypatch.delenv("GRAPHFUSE_COMMIT", raising=False)
-    bench_graphs = _load_script()
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=SCRIPT.parent, capture_output=True,
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=SCRIPTS, capture_output=True,
                           text=True).stdout.strip()
     report = {"device": "cpu", "value": 1}
     bench_graphs.write_report(report, tmp_path / "r.json", tmp_path / "r.md", lambda r: f"# {r['device']}\n")
@@ -32,15 +32,13 @@ def test_write_report_records_the_commit(tmp_path, monkeypatch):
     assert (tmp_path / "r.md").read_text() == f"# cpu\n\nMeasured at commit {commit}.\n"
 
 
-def test_write_report_keeps_a_commit_given_by_the_script(tmp_path):
-    bench_graphs = _load_script()
+def test_write_report_keeps_a_commit_given_by_the_script(bench_graphs, tmp_path):
     report = {"commit": "abc1234"}
     bench_graphs.write_report(report, tmp_path / "r.json", tmp_path / "r.md", lambda r: "t")
     assert json.loads((tmp_path / "r.json").read_text())["commit"] == "abc1234"
 
 
-def test_write_report_takes_the_commit_from_the_environment(tmp_path, monkeypatch):
+def test_write_report_takes_the_commit_from_the_environment(bench_graphs, tmp_path, monkeypatch):
     monkeypatch.setenv("GRAPHFUSE_COMMIT", "1873d31")
-    bench_graphs = _load_script()
     bench_graphs.write_report({}, tmp_path / "r.json", tmp_path / "r.md", lambda r: "t")
     assert json.loads((tmp_path / "r.json").read_text())["commit"] == "1873d31"

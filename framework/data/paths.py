@@ -55,7 +55,9 @@ def mirror_hint(relative: str) -> str:
 def copy_from_mirror(relative: str, dest: Path, file_names: list[str]) -> bool:
     """Copy ``file_names`` from the mirror folder ``relative`` into ``dest`` (only those missing there).
 
-    Copies contents only (``shutil.copyfile``), so the copies are writable even though the mirror is not.
+    Copies contents only (``shutil.copyfile``), so the copies are writable even though the mirror is not. Each
+    file is copied to a temporary name and renamed into place, so an interrupted copy never leaves a partial
+    file under a name the next call would take as complete.
 
     Returns:
         True when every file of ``file_names`` is in ``dest`` afterwards.
@@ -68,5 +70,10 @@ def copy_from_mirror(relative: str, dest: Path, file_names: list[str]) -> bool:
     dest.mkdir(parents=True, exist_ok=True)
     for f in file_names:
         if not (dest / f).is_file():
-            shutil.copyfile(source / f, dest / f)
+            tmp = dest / f"{f}.tmp{os.getpid()}"
+            try:
+                shutil.copyfile(source / f, tmp)
+                os.replace(tmp, dest / f)
+            finally:
+                tmp.unlink(missing_ok=True)
     return True

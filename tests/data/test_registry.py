@@ -141,3 +141,28 @@ def test_node_dataset_validates_shapes():
         NodeDataset(**{**ds.__dict__, "x": torch.ones(4, 3, dtype=torch.float64)})
     with pytest.raises(ValueError, match="test_mask must be"):
         NodeDataset(**{**ds.__dict__, "test_mask": torch.zeros(4, dtype=torch.long)})
+
+
+def test_interrupted_mirror_copy_leaves_no_partial_file(monkeypatch, tmp_path):
+    from graphfuse.data import paths
+
+    mirror = tmp_path / "mirror" / "set"
+    mirror.mkdir(parents=True)
+    for f in ("a", "b"):
+        (mirror / f).write_bytes(f.encode() * 1000)
+    monkeypatch.setenv("GRAPHFUSE_DATA_MIRROR", str(tmp_path / "mirror"))
+    copyfile = paths.shutil.copyfile
+
+    def cut_short(src, dst):  # the process is stopped (or the disk fills) halfway through the first file
+        Path(dst).write_bytes(Path(src).read_bytes()[:10])
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(paths.shutil, "copyfile", cut_short)
+    dest = tmp_path / "root" / "set"
+    with pytest.raises(OSError, match="No space left"):
+        paths.copy_from_mirror("set", dest, ["a", "b"])
+    monkeypatch.setattr(paths.shutil, "copyfile", copyfile)
+    assert paths.copy_from_mirror("set", dest, ["a", "b"])
+    for f in ("a", "b"):
+        assert (dest / f).read_bytes() == (mirror / f).read_bytes()
+    assert sorted(p.name for p in dest.iterdir()) == ["a", "b"]

@@ -3,7 +3,9 @@
 Read by ``torch_geometric.datasets.Planetoid(root / "planetoid", "Cora")``. When ``$GRAPHFUSE_DATA_MIRROR``
 holds ``planetoid/Cora/raw/ind.cora.*``, those raw files are first copied into
 ``root/planetoid/Cora/raw`` so that Planetoid finds them and does not download; otherwise Planetoid downloads
-them, and a failed download raises :class:`DatasetNotFoundError`.
+them, and a failed download raises :class:`DatasetNotFoundError`. Processed files in
+``root/planetoid/Cora/processed`` that cannot be read (a run stopped while Planetoid wrote them) are rebuilt
+from the raw files, with a warning.
 
 Shapes:
     x: (2708, 1433) binary bag-of-words; y: (2708,) in [0, 7); edge_index: (2, 10556), both directions.
@@ -11,6 +13,7 @@ Shapes:
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from graphfuse.data.dataset import NodeDataset
@@ -18,6 +21,8 @@ from graphfuse.data.paths import DatasetNotFoundError, copy_from_mirror, mirror_
 from graphfuse.data.registry import register_dataset
 
 RAW_FILES = [f"ind.cora.{s}" for s in ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")]
+
+log = logging.getLogger(__name__)
 
 
 def _planetoid_class() -> type:
@@ -55,7 +60,18 @@ def load_cora(name: str, root: Path, *, download: bool = True) -> NodeDataset:
         raise DatasetNotFoundError(
             f"cora: raw files not found in {raw_dir} (download=False); put {', '.join(RAW_FILES)} there; "
             f"{mirror_hint('planetoid/Cora/raw')}", raw_dir)
-    data = _planetoid_class()(str(root / "planetoid"), "Cora")[0]
+    planetoid = _planetoid_class()
+    processed = root / "planetoid" / "Cora" / "processed"
+    had_processed = processed.is_dir() and any(processed.iterdir())
+    try:
+        data = planetoid(str(root / "planetoid"), "Cora")[0]
+    except DatasetNotFoundError:
+        raise
+    except Exception as exc:  # Planetoid does not process again when its files exist, so they failed to read
+        if not had_processed:
+            raise
+        log.warning("cora: rebuilding the unreadable processed files in %s (%s)", processed, exc)
+        data = planetoid(str(root / "planetoid"), "Cora", force_reload=True)[0]
     return NodeDataset(
         name=name, x=data.x.float(), y=data.y.long(), edge_index=data.edge_index.long(),
         train_mask=data.train_mask, val_mask=data.val_mask, test_mask=data.test_mask, num_classes=7,

@@ -62,3 +62,18 @@ def test_cora_with_a_mirror_that_lacks_it_says_so(no_mirror, tmp_path, monkeypat
         load_dataset("cora", tmp_path / "root", download=False)
     assert f"$GRAPHFUSE_DATA_MIRROR={tmp_path / 'wrong'} is set but holds no complete planetoid/Cora/raw/" in str(
         info.value)
+
+
+@pytest.mark.parametrize("damaged", ["data.pt", "pre_transform.pt"])
+def test_cora_rebuilds_damaged_processed_files(mirror, tmp_path, monkeypatch, caplog, damaged):
+    monkeypatch.setattr(Planetoid, "download", _no_download)
+    ds = load_dataset("cora", tmp_path)
+    path = tmp_path / "planetoid" / "Cora" / "processed" / damaged
+    path.write_bytes(path.read_bytes()[:len(path.read_bytes()) // 2])  # a run stopped while writing it
+    again = load_dataset("cora", tmp_path)
+    for key in ("x", "y", "edge_index", "train_mask", "val_mask", "test_mask"):
+        assert torch.equal(getattr(again, key), getattr(ds, key)), key
+    assert "rebuilding the unreadable processed files" in caplog.text
+    caplog.clear()
+    load_dataset("cora", tmp_path)
+    assert "rebuilding" not in caplog.text

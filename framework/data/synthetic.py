@@ -32,6 +32,7 @@ Shapes:
 from __future__ import annotations
 
 import math
+import numbers
 from pathlib import Path
 
 import torch
@@ -161,24 +162,35 @@ def _edges(n: int, avg_degree: float, num_classes: int, homophily: float, y: Ten
 
 
 def _check(num_nodes: int, avg_degree: float, num_features: int, num_classes: int, homophily: float,
-           rmat: tuple[float, ...], feature_noise: float) -> None:
+           seed: int, rmat: object, feature_noise: float) -> None:
+    def is_int(value: object) -> bool:
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+    def is_real(value: object) -> bool:
+        return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+    def is_probs(value: object) -> bool:
+        return isinstance(value, (tuple, list)) and len(value) == 4 and all(map(is_real, value))
+
     def fail(arg: str, expected: str, got: object) -> None:
         raise ValueError(f"synthetic: {arg} must be {expected}; got {got!r}")
 
-    if not isinstance(num_nodes, int) or num_nodes < 1:
+    if not (is_int(num_nodes) and num_nodes >= 1):  # first: the ranges below use it
         fail("num_nodes", "an int >= 1", num_nodes)
-    if not isinstance(num_features, int) or num_features < 1:
-        fail("num_features", "an int >= 1", num_features)
-    if not isinstance(num_classes, int) or not 1 <= num_classes <= num_nodes:
-        fail("num_classes", f"an int in [1, num_nodes={num_nodes}]", num_classes)
-    if not 0 <= avg_degree <= num_nodes - 1:
-        fail("avg_degree", f"in [0, num_nodes - 1 = {num_nodes - 1}]", avg_degree)
-    if not 0 <= homophily <= 1:
-        fail("homophily", "in [0, 1]", homophily)
-    if len(rmat) != 4 or min(rmat) < 0 or abs(sum(rmat) - 1) > 1e-6:
-        fail("rmat", "four non-negative probabilities (a, b, c, d) summing to 1", rmat)
-    if not feature_noise >= 0:
-        fail("feature_noise", ">= 0", feature_noise)
+    checks = [  # (argument, value, type test, value test, what it must be); NaN and inf fail the value tests
+        ("num_features", num_features, is_int, lambda v: v >= 1, "an int >= 1"),
+        ("num_classes", num_classes, is_int, lambda v: 1 <= v <= num_nodes, f"an int in [1, num_nodes={num_nodes}]"),
+        ("avg_degree", avg_degree, is_real, lambda v: 0 <= v <= num_nodes - 1,
+         f"a number in [0, num_nodes - 1 = {num_nodes - 1}]"),
+        ("homophily", homophily, is_real, lambda v: 0 <= v <= 1, "a number in [0, 1]"),
+        ("seed", seed, is_int, lambda v: -2**63 <= v < 2**64, "an int in [-2**63, 2**64)"),
+        ("rmat", rmat, is_probs, lambda v: min(v) >= 0 and abs(sum(v) - 1) <= 1e-6,
+         "four non-negative probabilities (a, b, c, d) summing to 1"),
+        ("feature_noise", feature_noise, is_real, lambda v: 0 <= v < math.inf, "a finite number >= 0"),
+    ]
+    for arg, value, of_type, in_range, expected in checks:
+        if not (of_type(value) and in_range(value)):
+            fail(arg, expected, value)
 
 
 @register_dataset("synthetic")
@@ -214,7 +226,7 @@ def load_synthetic(
     Shapes:
         See the module docstring.
     """
-    _check(num_nodes, avg_degree, num_features, num_classes, homophily, tuple(rmat), feature_noise)
+    _check(num_nodes, avg_degree, num_features, num_classes, homophily, seed, rmat, feature_noise)
     device = torch.device(device)
     g = torch.Generator(device=device).manual_seed(seed)
     n = num_nodes

@@ -99,6 +99,12 @@ def test_on_device(device):
     ({"num_nodes": 0}, "num_nodes"), ({"num_classes": 0}, "num_classes"), ({"num_features": 0}, "num_features"),
     ({"avg_degree": 5000}, "avg_degree"), ({"homophily": 1.5}, "homophily"),
     ({"rmat": (0.5, 0.2, 0.2, 0.2)}, "rmat"), ({"feature_noise": -1.0}, "feature_noise"),
+    # wrong types and non-finite values: these failed with bare TypeErrors ("'<=' not supported ..."), a
+    # RuntimeError from manual_seed, or went through (NaN rmat; infinite noise gave non-finite features)
+    ({"avg_degree": "8"}, "avg_degree"), ({"homophily": None}, "homophily"), ({"num_nodes": True}, "num_nodes"),
+    ({"seed": 1.5}, "seed"), ({"seed": "0"}, "seed"), ({"seed": 2**64}, "seed"), ({"rmat": None}, "rmat"),
+    ({"rmat": (0.25, 0.25, float("nan"), 0.5)}, "rmat"), ({"feature_noise": float("inf")}, "feature_noise"),
+    ({"feature_noise": None}, "feature_noise"),
 ])
 def test_invalid_options(options, argument):
     with pytest.raises(ValueError, match=f"synthetic: {argument} must be"):

@@ -11,6 +11,7 @@ from graphfuse.nn.inits import glorot_
 from graphfuse.nn.inputs import (
     GraphLike,
     as_graph,
+    check_bools,
     check_features,
     check_positive_ints,
     check_rate,
@@ -62,6 +63,9 @@ class GATConv(nn.Module):
         super().__init__()
         check_positive_ints("GATConv", in_channels=in_channels, out_channels=out_channels, heads=heads)
         check_rate("GATConv", "dropout", dropout)
+        check_bools("GATConv", concat=concat, add_self_loops=add_self_loops, bias=bias)
+        if isinstance(negative_slope, bool) or not isinstance(negative_slope, (int, float)):
+            raise TypeError(f"GATConv: negative_slope must be a real number; got {negative_slope!r}")
         self.in_channels = in_channels
         self.out_channels = out_channels
         self.heads = heads

@@ -9,7 +9,7 @@ from torch import Tensor, nn
 from graphfuse.engine import aggregate
 from graphfuse.graph import Graph, process_gcn
 from graphfuse.nn.inits import glorot_
-from graphfuse.nn.inputs import GraphLike, as_graph, check_features, check_positive_ints
+from graphfuse.nn.inputs import GraphLike, as_graph, check_bools, check_features, check_positive_ints
 
 
 class GCNConv(nn.Module):
@@ -47,6 +47,7 @@ class GCNConv(nn.Module):
     ) -> None:
         super().__init__()
         check_positive_ints("GCNConv", in_channels=in_channels, out_channels=out_channels)
+        check_bools("GCNConv", add_self_loops=add_self_loops, improved=improved, bias=bias)
         self.in_channels = in_channels
         self.out_channels = out_channels
         self.add_self_loops = add_self_loops

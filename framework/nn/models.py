@@ -22,7 +22,14 @@ from graphfuse.graph import Graph
 from graphfuse.nn.gat_conv import GATConv
 from graphfuse.nn.gcn_conv import GCNConv
 from graphfuse.nn.inits import glorot_
-from graphfuse.nn.inputs import GraphLike, as_graph, check_features, check_positive_ints, check_rate
+from graphfuse.nn.inputs import (
+    GraphLike,
+    as_graph,
+    check_bools,
+    check_features,
+    check_positive_ints,
+    check_rate,
+)
 from graphfuse.nn.sage_conv import SAGEConv
 from graphfuse.nn.saint_conv import GraphSAINTConv
 
@@ -228,9 +235,7 @@ class GraphSAINT(GNN):
     ) -> None:
         name = type(self).__name__
         check_positive_ints(name, in_channels=in_channels, hidden_channels=hidden_channels, out_channels=out_channels)
-        for arg, value in (("jk", jk), ("normalize", normalize)):
-            if not isinstance(value, bool):
-                raise TypeError(f"{name}: {arg} must be a bool; got {value!r}")
+        check_bools(name, jk=jk, normalize=normalize)
         width = 2 * hidden_channels
         widths = layer_widths(name, in_channels, width, num_layers)
         convs = [GraphSAINTConv(i, hidden_channels, aggr=aggr, **conv_kwargs) for i in widths]

@@ -7,7 +7,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graphfuse.engine import aggregate
-from graphfuse.nn.inputs import GraphLike, as_graph, check_features, check_positive_ints, unweighted
+from graphfuse.nn.inputs import (
+    GraphLike,
+    as_graph,
+    check_bools,
+    check_features,
+    check_positive_ints,
+    unweighted,
+)
 
 AGGRS = ("mean", "max", "pool")
 
@@ -51,6 +58,7 @@ class SAGEConv(nn.Module):
     ) -> None:
         super().__init__()
         check_positive_ints("SAGEConv", in_channels=in_channels, out_channels=out_channels)
+        check_bools("SAGEConv", root_weight=root_weight, normalize=normalize, bias=bias)
         if aggr not in AGGRS:
             raise ValueError(f"SAGEConv: aggr must be one of {list(AGGRS)}; got {aggr!r}")
         self.in_channels = in_channels

@@ -8,7 +8,7 @@ from torch import Tensor, nn
 
 from graphfuse.engine import aggregate
 from graphfuse.nn.inits import glorot_
-from graphfuse.nn.inputs import GraphLike, as_graph, check_features
+from graphfuse.nn.inputs import GraphLike, as_graph, check_bools, check_features
 
 AGGRS = ("mean", "sum")
 
@@ -59,6 +59,7 @@ class GraphSAINTConv(nn.Module):
                 raise ValueError(f"GraphSAINTConv: {name} must be an int >= 1; got {value!r}")
         if aggr not in AGGRS:
             raise ValueError(f"GraphSAINTConv: aggr must be one of {list(AGGRS)}; got {aggr!r}")
+        check_bools("GraphSAINTConv", bias=bias)
         self.in_channels = in_channels
         self.out_channels = out_channels
         self.aggr = aggr

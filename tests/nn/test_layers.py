@@ -9,7 +9,7 @@ import torch_geometric.nn as pyg_nn
 import graphfuse
 import graphfuse.graph.processing as processing
 from cases import TOLERANCES, make_graph_case
-from graphfuse.nn import GATConv, GCNConv, SAGEConv
+from graphfuse.nn import GATConv, GCNConv, GraphSAINTConv, SAGEConv
 
 TOL = TOLERANCES[torch.float32]
 IN, OUT = 6, 5
@@ -305,3 +305,32 @@ def test_gcn_half_precision_counts_degrees_in_the_default_dtype():
     x = torch.randn(n, IN)
     torch.testing.assert_close(conv.to(torch.bfloat16)(x.bfloat16(), star).float(), conv.float()(x, star),
                                rtol=0.05, atol=0.05)
+
+
+@pytest.mark.parametrize(
+    ("build", "arg"),
+    [
+        (lambda v: GCNConv(IN, OUT, improved=v), "improved"),
+        (lambda v: GCNConv(IN, OUT, add_self_loops=v), "add_self_loops"),
+        (lambda v: GCNConv(IN, OUT, bias=v), "bias"),
+        (lambda v: GATConv(IN, OUT, 2, concat=v), "concat"),
+        (lambda v: GATConv(IN, OUT, add_self_loops=v), "add_self_loops"),
+        (lambda v: GATConv(IN, OUT, bias=v), "bias"),
+        (lambda v: SAGEConv(IN, OUT, root_weight=v), "root_weight"),
+        (lambda v: SAGEConv(IN, OUT, normalize=v), "normalize"),
+        (lambda v: SAGEConv(IN, OUT, bias=v), "bias"),
+        (lambda v: GraphSAINTConv(IN, OUT, bias=v), "bias"),
+    ],
+)
+def test_switches_must_be_bools(build, arg):
+    """A string switch is truthy: concat="false" concatenated the heads, bias="no" built a bias, silently."""
+    for bad in ("false", 0, None):
+        with pytest.raises(TypeError, match=rf"{arg} must be a bool; got {bad!r}"):
+            build(bad)
+
+
+def test_gat_negative_slope_must_be_a_number():
+    """A str slope was accepted and failed only in the first forward pass, inside torch's leaky_relu."""
+    for bad in ("0.2", True, None):
+        with pytest.raises(TypeError, match=rf"GATConv: negative_slope must be a real number; got {bad!r}"):
+            GATConv(IN, OUT, negative_slope=bad)

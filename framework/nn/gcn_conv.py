@@ -26,7 +26,8 @@ class GCNConv(nn.Module):
         in_channels: input width F.
         out_channels: output width.
         add_self_loops: use ``A + I`` (existing self-loops are replaced by one per node).
-        improved: use ``A + 2I``.
+        improved: use ``A + 2I``, on weighted and unweighted graphs alike (PyG 2.8 applies it only to weighted
+            graphs: for an ``edge_index`` without weights it keeps ``A + I``).
         bias: add a learnable bias.
         backend: engine backend for the aggregation (None: the default, see :func:`graphfuse.use_backend`).
 

@@ -19,7 +19,8 @@ streams differ):
 4. Edges are canonicalised, deduplicated and freed of self-loops; rounds repeat until both kinds are filled,
    then a random subset of each kind is kept and every edge is stored in both directions (E = 2M, mean
    degree ``avg_degree``). Only a graph too dense for its classes (one kind running out of distinct pairs)
-   misses the ratio: the other kind then fills the gap.
+   misses the ratio: the other kind then fills the gap (once the short kind stops finding new pairs, or
+   after ``MAX_ROUNDS`` rounds). A graph near complete, where both kinds run short, ends with fewer edges.
 5. Features: class centroids ``mu_c ~ N(0, I_F)`` plus noise ``N(0, sigma^2 I_F)`` with
    ``sigma = feature_noise * sqrt(F / 2)``: two centroids lie about ``sqrt(2F)`` apart, so the pairwise
    margin over the noise is ``1 / feature_noise`` whatever F is.
@@ -125,10 +126,19 @@ def _edges(n: int, avg_degree: float, num_classes: int, homophily: float, y: Ten
     keys = torch.empty(0, dtype=torch.long, device=device)
     oversample = 1.1
     stalls = {True: 0, False: 0}
-    for _ in range(MAX_ROUNDS):
+    for step in range(2 * MAX_ROUNDS):
         same = y[keys // n] == y[keys % n]
         have = {True: int(same.sum()), False: keys.numel() - int(same.sum())}
         need = {k: max(want[k] - have[k], 0) for k in want}
+        if need[True] + need[False] and step == MAX_ROUNDS:
+            # still short: a kind nearly out of distinct pairs finds a few new ones each round and never
+            # stalls, so the other kind gets its gap now (when both are short, the graph stays short)
+            short = [k for k in want if need[k]]
+            if len(short) == 2:
+                break
+            want[not short[0]] += need[short[0]]
+            want[short[0]] = have[short[0]]
+            need = {k: max(want[k] - have[k], 0) for k in want}
         if need[True] + need[False] == 0:
             break
         draws = math.ceil((need[True] + need[False]) * oversample)

@@ -83,6 +83,18 @@ def test_dense_graph_fills_edges():
     assert 0 < _edge_homophily(ds) < 1
 
 
+def test_graph_too_dense_for_its_classes_still_has_the_requested_edges():
+    # 50 classes of 8 nodes hold 50 * 28 = 1400 same-class pairs, fewer than the 2400 edges asked for: the
+    # same-class kind kept finding a few of its last pairs each round, never stalled, and the graph ended with
+    # those 1,372 edges only (E = 2744, not 4800)
+    ds = load_dataset("synthetic", num_nodes=400, avg_degree=12, num_features=4, num_classes=50, homophily=1.0)
+    assert ds.num_edges == 400 * 12
+    assert 0.5 < _edge_homophily(ds) <= 1400 / 2400
+    src, dst = ds.edge_index
+    keys = src * 400 + dst
+    assert not (src == dst).any() and torch.equal(keys, torch.unique(keys))
+
+
 def test_defaults():
     ds = load_dataset("synthetic")
     assert (ds.num_nodes, ds.num_edges, ds.num_features, ds.num_classes) == (10_000, 100_000, 64, 8)

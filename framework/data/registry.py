@@ -42,6 +42,8 @@ def register_dataset(name: str) -> Callable[[Loader], Loader]:
 
 def resolve_loader(name: str) -> Loader:
     """The loader for ``name``: an exact registry entry, else the longest matching ``prefix*`` entry."""
+    if not isinstance(name, str):
+        raise TypeError(f"load_dataset: name must be a str; got {name!r}")
     key = name.lower()
     if key in DATASETS:
         return DATASETS[key]
@@ -78,13 +80,15 @@ def load_dataset(
 
     Raises:
         ValueError: ``name`` is not registered.
-        TypeError: an option is not accepted by that dataset.
+        TypeError: ``name`` is not a str, ``root`` not a path, or an option is not accepted by that dataset.
         DatasetNotFoundError: the files are absent and cannot be downloaded.
 
     Shapes:
         See :class:`NodeDataset`.
     """
     loader = resolve_loader(name)
+    if root is not None and not isinstance(root, (str, os.PathLike)):
+        raise TypeError(f"load_dataset: root must be a path (str or os.PathLike) or None; got {root!r}")
     valid = dataset_options(name)
     unknown = sorted(set(options) - set(valid))
     if unknown:

@@ -41,6 +41,16 @@ def test_unknown_name_lists_registered_names():
         assert name in str(info.value)
 
 
+@pytest.mark.parametrize("args, message", [
+    ((None,), "name must be a str; got None"), ((3,), "name must be a str; got 3"),
+    (("cora", 5), "root must be a path .*; got 5"),
+])
+def test_bad_name_or_root_type_is_named(args, message):
+    # were "AttributeError: 'NoneType' object has no attribute 'lower'" and a TypeError naming neither
+    with pytest.raises(TypeError, match=message):
+        load_dataset(*args)
+
+
 def test_unknown_option_names_the_valid_ones(tmp_path):
     with pytest.raises(TypeError, match="'num_node'") as info:
         load_dataset("synthetic", tmp_path, num_node=10)

@@ -140,15 +140,25 @@ def _process(raw: dict[str, Path]) -> dict:
     }
 
 
+_CACHE_KEYS = {"version", "edge_index", "y", "feat_row", "feat_col", "feature_ids", "class_names", "train_mask",
+               "val_mask", "test_mask"}
+
+
 def _load_cache(path: Path) -> dict | None:
     if not path.is_file():
         return None
     try:
         cache = torch.load(path, weights_only=True)
-    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError):
+    except (OSError, RuntimeError, EOFError, KeyError, ValueError, pickle.UnpicklingError):
+        # torch's legacy reader raises KeyError or ValueError on a file that is no torch file at all
         log.warning("facebook: ignoring unreadable cache %s", path)
         return None
-    return cache if isinstance(cache, dict) and cache.get("version") == CACHE_VERSION else None
+    if not isinstance(cache, dict) or cache.get("version") != CACHE_VERSION:
+        return None
+    if not _CACHE_KEYS <= cache.keys():
+        log.warning("facebook: ignoring incomplete cache %s", path)
+        return None
+    return cache
 
 
 @register_dataset("facebook")

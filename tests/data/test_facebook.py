@@ -95,6 +95,22 @@ def test_split_is_fixed_and_cached(fb, fb_root, raw, tmp_path, monkeypatch):
         assert torch.equal(getattr(fresh, key), getattr(fb, key))
 
 
+@pytest.mark.parametrize("content", [b"hello world" * 10, "incomplete"])
+def test_unreadable_cache_is_rebuilt(fb, raw, tmp_path, content, caplog):
+    # both failed with a bare KeyError (101, 'feature_ids') instead of being rebuilt from the raw files
+    path = tmp_path / "facebook" / "processed.pt"
+    path.parent.mkdir()
+    if content == "incomplete":
+        torch.save({"version": facebook.CACHE_VERSION, "y": fb.y}, path)
+    else:
+        path.write_bytes(content)
+    ds = load_dataset("facebook", tmp_path)
+    for key in ("edge_index", "y", "train_mask", "test_mask"):
+        assert torch.equal(getattr(ds, key), getattr(fb, key))
+    assert "ignoring" in caplog.text and str(path) in caplog.text
+    assert "feature_ids" in torch.load(path, weights_only=True)
+
+
 def test_snap_file_names(fb, raw, tmp_path, no_mirror):
     snap = tmp_path / "facebook" / "facebook_large"
     snap.mkdir(parents=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 from torch import Tensor, nn
 
@@ -64,7 +66,7 @@ class GATConv(nn.Module):
         check_positive_ints("GATConv", in_channels=in_channels, out_channels=out_channels, heads=heads)
         check_rate("GATConv", "dropout", dropout)
         check_bools("GATConv", concat=concat, add_self_loops=add_self_loops, bias=bias)
-        if isinstance(negative_slope, bool) or not isinstance(negative_slope, (int, float)):
+        if isinstance(negative_slope, bool) or not isinstance(negative_slope, numbers.Real):
             raise TypeError(f"GATConv: negative_slope must be a real number; got {negative_slope!r}")
         self.in_channels = in_channels
         self.out_channels = out_channels

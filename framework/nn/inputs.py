@@ -7,6 +7,7 @@ Shapes:
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 from torch import Tensor
@@ -64,9 +65,10 @@ def as_graph(owner: str, x: Tensor, graph: Any, *, square: bool = False) -> Grap
 
 
 def check_positive_ints(owner: str, **values: int) -> None:
-    """Raise ValueError naming the first of ``values`` (channel widths, head counts) that is not an int >= 1."""
+    """Raise ValueError naming the first of ``values`` (channel widths, head counts) that is not an int >= 1
+    (any integral type, e.g. a NumPy integer; a bool is not a width)."""
     for arg, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
             raise ValueError(f"{owner}: {arg} must be an int >= 1; got {value!r}")
 
 

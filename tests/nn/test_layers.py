@@ -334,3 +334,17 @@ def test_gat_negative_slope_must_be_a_number():
     for bad in ("0.2", True, None):
         with pytest.raises(TypeError, match=rf"GATConv: negative_slope must be a real number; got {bad!r}"):
             GATConv(IN, OUT, negative_slope=bad)
+
+
+@pytest.mark.parametrize("cls", [GCNConv, SAGEConv, GATConv])
+def test_numpy_widths_and_slope_are_accepted(cls):
+    """NumPy integers (e.g. a width computed from an array's shape) built these layers before the width checks;
+    a NumPy float slope was accepted by GATConv before the slope check."""
+    np = pytest.importorskip("numpy")
+    extra = {"negative_slope": np.float32(0.1)} if cls is GATConv else {}
+    conv = cls(np.int64(IN), np.int64(OUT), **extra)
+    g = _graph("weighted")
+    x = torch.randn(g.num_src, IN)
+    reference = cls(IN, OUT, **({"negative_slope": 0.1} if cls is GATConv else {}))
+    reference.load_state_dict(conv.state_dict())
+    torch.testing.assert_close(conv(x, g), reference(x, g))

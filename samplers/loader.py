@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from collections.abc import Iterator, Mapping, Sequence
 
@@ -130,7 +131,7 @@ class SaintLoader:
             raise ValueError(f"SaintLoader: num_steps must be an int ≥ 1; got {num_steps!r}")
         if norm not in NORMS:
             raise ValueError(f"SaintLoader: norm must be one of {list(NORMS)}; got {norm!r}")
-        if (isinstance(sample_coverage, bool) or not isinstance(sample_coverage, (int, float))
+        if (isinstance(sample_coverage, bool) or not isinstance(sample_coverage, numbers.Real)
                 or not 0 <= sample_coverage < math.inf):
             raise ValueError(f"SaintLoader: sample_coverage must be a finite number ≥ 0; got {sample_coverage!r}")
         if train_mask is None and node_data is not None:

@@ -38,6 +38,7 @@ import hashlib
 import json
 import logging
 import math
+import numbers
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -167,7 +168,7 @@ def count_saint_samples(
     Shapes:
         node_count: (N,) int64; edge_count: (E,) int64.
     """
-    if (isinstance(sample_coverage, bool) or not isinstance(sample_coverage, (int, float))
+    if (isinstance(sample_coverage, bool) or not isinstance(sample_coverage, numbers.Real)
             or not 0 < sample_coverage < math.inf):
         raise ValueError(f"count_saint_samples: sample_coverage must be a finite number > 0; got {sample_coverage!r}")
     if method not in ("auto", "candidates", "bitmask"):

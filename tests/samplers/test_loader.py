@@ -213,3 +213,14 @@ def test_loaders_name_a_bad_seed(bad):
     for make in (lambda: NeighborLoader(graph, [2], seed=bad), lambda: SaintLoader(graph, SaintNodeSampler(5), seed=bad)):
         with pytest.raises(ValueError, match=r"Loader: seed must be None or an int in \[-2\*\*63, 2\*\*64\)"):
             make()
+
+
+def test_numpy_sample_coverage_is_accepted():
+    """NumPy numbers (e.g. read from an array of settings) passed the earlier '<' checks and must still pass."""
+    np = pytest.importorskip("numpy")
+    graph = make_graph_case("hub")
+    assert SaintLoader(graph, SaintNodeSampler(5), sample_coverage=np.float32(0)).saint_norm is None
+    counts = [count_saint_samples(graph, SaintNodeSampler(5), coverage, torch.Generator().manual_seed(0))
+              for coverage in (np.int64(2), 2)]
+    for got, expected in zip(*counts, strict=True):
+        assert torch.equal(torch.as_tensor(got), torch.as_tensor(expected))

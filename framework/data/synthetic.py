@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
@@ -179,8 +180,10 @@ def _check(num_nodes: int, avg_degree: float, num_features: int, num_classes: in
     def is_real(value: object) -> bool:
         return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
-    def is_probs(value: object) -> bool:
-        return isinstance(value, (tuple, list)) and len(value) == 4 and all(map(is_real, value))
+    def is_probs(value: object) -> bool:  # any sequence of four numbers: a tuple, a list, an array, a ListConfig
+        if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+            return False
+        return len(value := tuple(value)) == 4 and all(map(is_real, value))
 
     def fail(arg: str, expected: str, got: object) -> None:
         raise ValueError(f"synthetic: {arg} must be {expected}; got {got!r}")

@@ -136,3 +136,14 @@ def test_rmat_graph_is_symmetric_deduplicated_and_seeded():
     assert ei.size(1) <= 2 * 5_000
     assert torch.equal(rmat_graph(10, 5_000, seed=3), ei)
     assert not torch.equal(rmat_graph(10, 5_000, seed=4), ei)
+
+
+def test_rmat_may_be_any_sequence_of_four_numbers():
+    """An array or an omegaconf ListConfig of probabilities built the graph before the type check (6cb17bb)."""
+    np = pytest.importorskip("numpy")
+    omegaconf = pytest.importorskip("omegaconf")
+    probs = (0.5, 0.2, 0.2, 0.1)
+    options = {"num_nodes": 200, "avg_degree": 4, "num_features": 3, "num_classes": 2}
+    expected = load_dataset("synthetic", rmat=probs, **options)
+    for rmat in (np.array(probs), omegaconf.OmegaConf.create({"rmat": list(probs)}).rmat):
+        assert torch.equal(load_dataset("synthetic", rmat=rmat, **options).edge_index, expected.edge_index)

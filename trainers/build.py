@@ -121,7 +121,7 @@ def check_backend(cfg: DictConfig, device: torch.device) -> None:
     Raises:
         ConfigError: the backend does not run on ``device`` here (device type, CuPy, torch's determinism flag).
     """
-    if cfg.backend == "auto":
+    if cfg.backend == "auto" or cfg.name not in MODELS:  # the PyG twins do not use model.backend
         return
     try:
         if cfg.backend != FUSED:

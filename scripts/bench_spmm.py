@@ -477,10 +477,8 @@ def main() -> None:
     args.md = args.md or args.out.with_suffix(".md")
     import cupy
 
-    bw = copy_bandwidth()
     report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cupy": cupy.__version__,
-                  "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-                  "repeats": args.repeats, "copy_bandwidth_gbs": bw, "ks": args.ks, "graphs": []}
+              "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "repeats": args.repeats}
     if args.gar_only:
         name = "RMAT s18 57M drawn"
         ei, n = dict(graph_specs(None, quick=False))[name]("cuda")
@@ -488,6 +486,8 @@ def main() -> None:
         write_report(report, args.out, args.md, gar_markdown)
         print(gar_markdown(report))
         return
+    bw = copy_bandwidth()
+    report.update(copy_bandwidth_gbs=bw, ks=args.ks, graphs=[])
     training_graph = None
     for name, make in graph_specs(args.data, args.quick):
         ei, n = make("cuda")

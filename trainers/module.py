@@ -118,13 +118,13 @@ class NodeClassifier(pl.LightningModule):
         logits = self(batch.x, batch.graph)
         mask, weight = target_rows(batch, stage)
         logits, target = logits[mask], batch.y[mask]
-        if stage == "train" and weight is None and not target.numel():
+        rows = target.numel()
+        if stage == "train" and weight is None and not rows:
             return None  # a sampled batch without target rows: nothing to learn or log (its mean loss is NaN)
         loss = node_loss(logits, target, weight)
         pred = logits.argmax(dim=-1)
         # The epoch value of a per-batch number is its mean weighted by the rows the batch scored (not by the
         # subgraph's size); a node_norm-weighted loss estimates the whole graph's loss by itself and counts once.
-        rows = target.numel()
         log = {"on_step": False, "on_epoch": True}
         self.log(f"{stage}/loss", loss, prog_bar=stage == "train", batch_size=rows if weight is None else 1, **log)
         for name in ("acc", "f1_micro"):

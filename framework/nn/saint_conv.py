@@ -8,7 +8,7 @@ from torch import Tensor, nn
 
 from graphfuse.engine import aggregate
 from graphfuse.nn.inits import glorot_
-from graphfuse.nn.inputs import GraphLike, as_graph, check_bools, check_features
+from graphfuse.nn.inputs import GraphLike, as_graph, check_bools, check_features, check_positive_ints
 
 AGGRS = ("mean", "sum")
 
@@ -54,9 +54,7 @@ class GraphSAINTConv(nn.Module):
         backend: str | None = None,
     ) -> None:
         super().__init__()
-        for name, value in (("in_channels", in_channels), ("out_channels", out_channels)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"GraphSAINTConv: {name} must be an int >= 1; got {value!r}")
+        check_positive_ints("GraphSAINTConv", in_channels=in_channels, out_channels=out_channels)
         if aggr not in AGGRS:
             raise ValueError(f"GraphSAINTConv: aggr must be one of {list(AGGRS)}; got {aggr!r}")
         check_bools("GraphSAINTConv", bias=bias)

@@ -230,10 +230,12 @@ def test_bad_constructor_arguments():
         GATConv(IN, OUT, dropout=1.0)
 
 
-@pytest.mark.parametrize("cls", [GCNConv, SAGEConv])
-def test_gcn_and_sage_convs_name_bad_widths(cls):
-    """A width of 0 built a layer whose output ignored x (or was 0 wide), -1 failed inside torch, True was 1."""
-    for bad in (0, -1, 2.5, True):
+@pytest.mark.parametrize("cls", [GCNConv, SAGEConv, GraphSAINTConv])
+def test_convs_name_bad_widths(cls):
+    """A width of 0 built a layer whose output ignored x (or was 0 wide), -1 failed inside torch, True was 1;
+    a NumPy bool is no width either."""
+    np = pytest.importorskip("numpy")
+    for bad in (0, -1, 2.5, True, np.bool_(True)):
         with pytest.raises(ValueError, match=f"{cls.__name__}: in_channels must be an int >= 1; got {bad!r}"):
             cls(bad, OUT)
         with pytest.raises(ValueError, match=f"{cls.__name__}: out_channels must be an int >= 1; got {bad!r}"):
@@ -336,10 +338,11 @@ def test_gat_negative_slope_must_be_a_number():
             GATConv(IN, OUT, negative_slope=bad)
 
 
-@pytest.mark.parametrize("cls", [GCNConv, SAGEConv, GATConv])
+@pytest.mark.parametrize("cls", [GCNConv, SAGEConv, GATConv, GraphSAINTConv])
 def test_numpy_widths_and_slope_are_accepted(cls):
-    """NumPy integers (e.g. a width computed from an array's shape) built these layers before the width checks;
-    a NumPy float slope was accepted by GATConv before the slope check."""
+    """NumPy integers (e.g. a width computed from an array's shape) built these layers before the width checks
+    (GraphSAINTConv refused them: its own check took Python ints only); a NumPy float slope was accepted by
+    GATConv before the slope check."""
     np = pytest.importorskip("numpy")
     extra = {"negative_slope": np.float32(0.1)} if cls is GATConv else {}
     conv = cls(np.int64(IN), np.int64(OUT), **extra)

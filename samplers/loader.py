@@ -25,6 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 import torch
 from torch import Tensor
 
+from graphfuse.data.seeds import in_torch_seed_range
 from graphfuse.graph import CSR, Graph
 from graphfuse.samplers.batch import Batch
 from graphfuse.samplers.neighbor import NeighborSampler
@@ -35,7 +36,7 @@ from graphfuse.samplers.subgraph import _check_square
 def make_generator(device: torch.device, seed: int | None, owner: str = "make_generator") -> torch.Generator:
     """A generator on ``device`` seeded with ``seed`` (a fresh random seed when None); ``owner`` leads the error
     message of a bad seed."""
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not -2**63 <= seed < 2**64):
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not in_torch_seed_range(seed)):
         raise ValueError(f"{owner}: seed must be None or an int in [-2**63, 2**64) (torch's seed range); got {seed!r}")
     generator = torch.Generator(device=device)
     if seed is None:

@@ -42,6 +42,7 @@ from torch import Tensor
 
 from graphfuse.data.dataset import NodeDataset
 from graphfuse.data.registry import register_dataset
+from graphfuse.data.seeds import in_torch_seed_range
 
 MAX_ROUNDS = 32
 STALL_ROUNDS = 3
@@ -196,7 +197,7 @@ def _check(num_nodes: int, avg_degree: float, num_features: int, num_classes: in
         ("avg_degree", avg_degree, is_real, lambda v: 0 <= v <= num_nodes - 1,
          f"a number in [0, num_nodes - 1 = {num_nodes - 1}]"),
         ("homophily", homophily, is_real, lambda v: 0 <= v <= 1, "a number in [0, 1]"),
-        ("seed", seed, is_int, lambda v: -2**63 <= v < 2**64, "an int in [-2**63, 2**64)"),
+        ("seed", seed, is_int, in_torch_seed_range, "an int in [-2**63, 2**64)"),
         ("rmat", rmat, is_probs, lambda v: min(v) >= 0 and abs(sum(v) - 1) <= 1e-6,
          "four non-negative probabilities (a, b, c, d) summing to 1"),
         ("feature_noise", feature_noise, is_real, lambda v: 0 <= v < math.inf, "a finite number >= 0"),

@@ -18,7 +18,6 @@ Example:
 from __future__ import annotations
 
 import math
-import numbers
 import os
 from collections.abc import Iterator, Mapping, Sequence
 
@@ -29,7 +28,13 @@ from graphfuse.data.seeds import in_torch_seed_range
 from graphfuse.graph import CSR, Graph
 from graphfuse.samplers.batch import Batch
 from graphfuse.samplers.neighbor import NeighborSampler
-from graphfuse.samplers.saint_norm import NORMS, SaintNorm, compute_saint_norm, training_subgraph
+from graphfuse.samplers.saint_norm import (
+    NORMS,
+    SaintNorm,
+    _is_finite_number,
+    compute_saint_norm,
+    training_subgraph,
+)
 from graphfuse.samplers.subgraph import _check_square
 
 
@@ -132,8 +137,7 @@ class SaintLoader:
             raise ValueError(f"SaintLoader: num_steps must be an int ≥ 1; got {num_steps!r}")
         if norm not in NORMS:
             raise ValueError(f"SaintLoader: norm must be one of {list(NORMS)}; got {norm!r}")
-        if (isinstance(sample_coverage, bool) or not isinstance(sample_coverage, numbers.Real)
-                or not 0 <= sample_coverage < math.inf):
+        if not (_is_finite_number(sample_coverage) and sample_coverage >= 0):
             raise ValueError(f"SaintLoader: sample_coverage must be a finite number ≥ 0; got {sample_coverage!r}")
         if train_mask is None and node_data is not None:
             train_mask = node_data.get("train_mask")

@@ -137,6 +137,13 @@ def _count_edges_by_bitmask(graph: Graph, nodes: Tensor, group: Tensor, edge_cou
         edge_count[block] += popcount(bits[src[block]] & bits[dst[block]])
 
 
+def _is_finite_number(value: object) -> bool:
+    """Whether ``value`` is a real number (a NumPy one too, not a bool) that is neither infinite nor NaN: the
+    type test of ``sample_coverage``, whose lower bound is the caller's (> 0 here; the loader's 0 means no
+    pre-sampling)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and -math.inf < value < math.inf
+
+
 def count_saint_samples(
     graph: Graph,
     sampler,
@@ -168,8 +175,7 @@ def count_saint_samples(
     Shapes:
         node_count: (N,) int64; edge_count: (E,) int64.
     """
-    if (isinstance(sample_coverage, bool) or not isinstance(sample_coverage, numbers.Real)
-            or not 0 < sample_coverage < math.inf):
+    if not (_is_finite_number(sample_coverage) and sample_coverage > 0):
         raise ValueError(f"count_saint_samples: sample_coverage must be a finite number > 0; got {sample_coverage!r}")
     if method not in ("auto", "candidates", "bitmask"):
         raise ValueError(f"count_saint_samples: method must be 'auto', 'candidates' or 'bitmask'; got {method!r}")

@@ -242,7 +242,7 @@ def load_synthetic(
     """
     _check(num_nodes, avg_degree, num_features, num_classes, homophily, seed, rmat, feature_noise)
     device = torch.device(device)
-    g = torch.Generator(device=device).manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(int(seed))  # the check takes any Integral (NumPy too); torch takes int only
     n = num_nodes
     y = (torch.arange(n, device=device) % num_classes)[torch.randperm(n, generator=g, device=device)]
 

@@ -147,3 +147,13 @@ def test_rmat_may_be_any_sequence_of_four_numbers():
     expected = load_dataset("synthetic", rmat=probs, **options)
     for rmat in (np.array(probs), omegaconf.OmegaConf.create({"rmat": list(probs)}).rmat):
         assert torch.equal(load_dataset("synthetic", rmat=rmat, **options).edge_index, expected.edge_index)
+
+
+def test_numpy_seed_builds_the_same_dataset():
+    """The option check accepts NumPy integer seeds; torch.Generator.manual_seed does not, so the seed is passed
+    on as an int (before, a NumPy seed passed the check and then raised a TypeError inside torch)."""
+    np = pytest.importorskip("numpy")
+    options = {"num_nodes": 200, "avg_degree": 4, "num_features": 3, "num_classes": 2}
+    expected = load_dataset("synthetic", seed=3, **options)
+    got = load_dataset("synthetic", seed=np.int64(3), **options)
+    assert torch.equal(got.edge_index, expected.edge_index) and torch.equal(got.x, expected.x)

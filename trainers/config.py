@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 GROUPS = ("data", "model", "trainer", "sampler")
@@ -196,7 +196,8 @@ def _schema_keys(path: str) -> list[str]:
 
 
 def _first_line(error: Exception) -> str:
-    return str(error).splitlines()[0] if str(error) else type(error).__name__
+    """The first line of ``error``'s message without its closing period (the messages add their own)."""
+    return str(error).splitlines()[0].rstrip(".") if str(error) else type(error).__name__
 
 
 def _merge(cfg: DictConfig, other: Any, source: str) -> DictConfig:
@@ -213,6 +214,14 @@ def _merge(cfg: DictConfig, other: Any, source: str) -> DictConfig:
         ) from None
     except ValidationError as error:
         full_key = getattr(error, "full_key", None) or "?"
+        try:
+            default = OmegaConf.select(OmegaConf.structured(Config), full_key)
+        except OmegaConfBaseException:
+            default = None
+        if isinstance(default, ListConfig):  # omegaconf: "AnyNode is not a ListConfig, TupleConfig, list, ..."
+            example = ",".join(str(v) for v in default)
+            raise ConfigError(f"invalid value for '{full_key}' (from {source}): it takes a list, e.g. "
+                              f"{full_key}=[{example}].") from None
         raise ConfigError(f"invalid value for '{full_key}' (from {source}): {_first_line(error)}.") from None
     except OmegaConfBaseException as error:
         raise ConfigError(f"cannot apply {source}: {_first_line(error)}.") from None

@@ -168,3 +168,14 @@ def test_build_dataset_refuses_datasets_it_cannot_train_and_score(options, fragm
     cfg = load_config(["data=synthetic", *(f"data.options.{item}" for item in options)])
     with pytest.raises(ConfigError, match=fragment):
         build_dataset(cfg.data)
+
+
+def test_list_key_given_a_scalar_says_it_takes_a_list():
+    # sampler.num_neighbors=5 gave omegaconf's "AnyNode is not a ListConfig, TupleConfig, list, or tuple.."
+    with pytest.raises(ConfigError) as error:
+        load_config(["experiment=sage_neighbor_facebook", "sampler.num_neighbors=5"])
+    message = str(error.value)
+    assert "'sampler.num_neighbors'" in message and "sampler.num_neighbors=[15,10,5]" in message
+    assert "AnyNode" not in message and ".." not in message
+    assert load_config(["experiment=sage_neighbor_facebook", "sampler.num_neighbors=[10,5]"]
+                       ).sampler.num_neighbors == [10, 5]

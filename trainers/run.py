@@ -301,12 +301,18 @@ def _fit_and_test(cfg: DictConfig, trainer: pl.Trainer, checkpoint: ModelCheckpo
     module = NodeClassifier(model, dataset.num_classes, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay,
                             ogb_name=dataset.ogb_name, config=resolved)
     datamodule = build_datamodule(cfg, dataset)
-    resume_from = _prepare_checkpoints(cfg, out / "checkpoints", resolved)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.yaml").write_text(OmegaConf.to_yaml(resolved))
-    (out / "metrics.json").unlink(missing_ok=True)
-    if not cfg.trainer.resume:  # a fresh run: an earlier run's wandb id must not be resumed later
-        (out / WANDB_ID).unlink(missing_ok=True)
+    try:
+        resume_from = _prepare_checkpoints(cfg, out / "checkpoints", resolved)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.yaml").write_text(OmegaConf.to_yaml(resolved))
+        (out / "metrics.json").unlink(missing_ok=True)
+        if not cfg.trainer.resume:  # a fresh run: an earlier run's wandb id must not be resumed later
+            (out / WANDB_ID).unlink(missing_ok=True)
+    except OSError as error:  # output_dir names a file, a path under one, or a folder this user cannot write
+        raise ConfigError(
+            f"cannot use output_dir={out} as the run directory ({error.strerror or error}: {error.filename}); "
+            "point output_dir= at a folder that can be created and written."
+        ) from None
     for logger in _wandb_loggers(trainer):
         (out / WANDB_ID).write_text(_start_wandb(cfg, logger) + "\n")
     with warnings.catch_warnings():

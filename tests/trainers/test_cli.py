@@ -89,3 +89,15 @@ def test_backend_of_a_pyg_twin_is_not_checked_against_the_device(tiny):
     # model.backend goes to graphfuse's own models only (build.model_kwargs): a PyG twin ignores it and trained
     # on the CPU before the backend check, which refused the run
     assert main([*tiny, "trainer.max_epochs=1", "model=pyg_gcn", "model.backend=gespmm"]) == 0
+
+
+@pytest.mark.parametrize("where", ["file", "under_file"])
+def test_output_dir_that_cannot_be_created_exits_2(capsys, tiny_settings, tmp_path, where):
+    # output_dir naming a file (or a path under one) failed with a FileExistsError/NotADirectoryError traceback
+    # from pathlib after the data and model were built
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    out = blocker if where == "file" else blocker / "run"
+    _fails_cleanly(capsys, [*tiny_settings, "trainer.max_epochs=1", f"output_dir={out}"],
+                   "output_dir", str(out))
+    assert blocker.read_text() == "not a folder"

@@ -127,6 +127,11 @@ def _remove_unrecorded_best(ckpt_dir: Path, saved: dict[str, Any]) -> None:
             path.unlink()
 
 
+def _cli_value(value: Any) -> str:
+    """``value`` as it is written on the command line: null, true, 64, [15,10,5], gcn."""
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
 def _prepare_checkpoints(cfg: DictConfig, ckpt_dir: Path, resolved: dict[str, Any]) -> Path | None:
     """The checkpoint to resume from (``trainer.resume``), or None after clearing old checkpoints."""
     last = ckpt_dir / "last.ckpt"
@@ -149,9 +154,12 @@ def _prepare_checkpoints(cfg: DictConfig, ckpt_dir: Path, resolved: dict[str, An
             old, new = before.get(section, {}), resolved[section]
             changed = sorted(k for k in {*old, *new} if (section, k) not in RESUME_FREE and old.get(k) != new.get(k))
             if old and changed:
+                values = ", ".join(f"{section}.{k}={_cli_value(old.get(k))} (this run: {_cli_value(new.get(k))})"
+                                   for k in changed)
                 raise ConfigError(
                     f"trainer.resume=true: {', '.join(f'{section}.{k}' for k in changed)} differ from the run being "
-                    f"resumed ({last}); resume with that run's {section} settings, or start a fresh run."
+                    f"resumed ({last}): that run has {values}; resume with that run's {section} settings, or start "
+                    "a fresh run."
                 )
         done = saved["epoch"] + 1  # last.ckpt is written at the end of an epoch, counted from 0
         if done > cfg.trainer.max_epochs:  # Lightning lets done = max_epochs + 1 through and trains nothing

@@ -82,6 +82,18 @@ def test_bad_config_or_resume_leaves_the_earlier_run_untouched(tiny, tmp_path):
     assert resumed["epochs_this_run"] == 1
 
 
+def test_resume_with_other_settings_names_the_saved_values(tiny, tmp_path):
+    # the message named the keys only ("model.hidden differ ..."): the user had to find the old values to resume
+    from graphfuse.trainers.config import ConfigError
+
+    train(load_config([*tiny, "trainer.max_epochs=1"]), verbose=False)
+    with pytest.raises(ConfigError) as error:
+        train(load_config([*tiny, "trainer.max_epochs=2", "trainer.resume=true", "model.hidden=12",
+                           "model.num_layers=3"]), verbose=False)
+    message = str(error.value)
+    assert "model.hidden=8 (this run: 12)" in message and "model.num_layers=2 (this run: 3)" in message
+
+
 def test_fresh_run_over_old_checkpoints_removes_them(tiny, tmp_path, caplog):
     ckpts = tmp_path / "run" / "checkpoints"
     ckpts.mkdir(parents=True)

@@ -34,6 +34,20 @@ def default_root() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "graphfuse" / "datasets"
 
 
+def check_root_outside_mirror(root: Path) -> None:
+    """Raise ValueError when ``root`` is ``$GRAPHFUSE_DATA_MIRROR`` or lies inside it: loaders write raw copies and
+    processed files below their root, and the mirror is read-only (file permissions alone may not stop a
+    privileged user)."""
+    env = os.environ.get(MIRROR_ENV)
+    if not env:
+        return
+    mirror = Path(env).expanduser().resolve()
+    resolved = root.resolve()
+    if resolved == mirror or mirror in resolved.parents:
+        raise ValueError(f"load_dataset: root={str(root)!r} lies inside ${MIRROR_ENV}={env}, which loaders only read; "
+                         "choose a root outside it (the default is ~/.cache/graphfuse/datasets)")
+
+
 def mirror_dir(relative: str) -> Path | None:
     """``$GRAPHFUSE_DATA_MIRROR/relative`` when the variable is set and that folder exists, else None."""
     env = os.environ.get(MIRROR_ENV)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from graphfuse.data.dataset import NodeDataset
-from graphfuse.data.paths import default_root
+from graphfuse.data.paths import check_root_outside_mirror, default_root
 from graphfuse.data.transforms import normalize_features as _normalize_features
 
 Loader = Callable[..., NodeDataset]
@@ -79,7 +79,7 @@ def load_dataset(
         The dataset, with tensors on CPU (on the ``device`` option for "synthetic").
 
     Raises:
-        ValueError: ``name`` is not registered.
+        ValueError: ``name`` is not registered, or ``root`` lies inside ``$GRAPHFUSE_DATA_MIRROR``.
         TypeError: ``name`` is not a str, ``root`` not a path, or an option is not accepted by that dataset.
         DatasetNotFoundError: the files are absent and cannot be downloaded.
 
@@ -95,7 +95,9 @@ def load_dataset(
         listing = ", ".join(f"{k}={v!r}" for k, v in valid.items()) or "none"
         raise TypeError(f"load_dataset: unknown option(s) {', '.join(map(repr, unknown))} for dataset "
                         f"{name!r}; valid options: {listing}")
-    dataset = loader(name.lower(), Path(root).expanduser() if root is not None else default_root(), **options)
+    root = Path(root).expanduser() if root is not None else default_root()
+    check_root_outside_mirror(root)
+    dataset = loader(name.lower(), root, **options)
     if normalize_features:
         _normalize_features(dataset.x)
     return dataset

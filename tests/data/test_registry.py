@@ -176,3 +176,21 @@ def test_interrupted_mirror_copy_leaves_no_partial_file(monkeypatch, tmp_path):
     for f in ("a", "b"):
         assert (dest / f).read_bytes() == (mirror / f).read_bytes()
     assert sorted(p.name for p in dest.iterdir()) == ["a", "b"]
+
+
+def test_a_root_inside_the_mirror_is_refused(tmp_path, monkeypatch):
+    """Loaders write raw copies and processed files below their root; the mirror is only read. A root equal to
+    the mirror, inside it (also through '..' or the GRAPHFUSE_DATA_ROOT default) is refused before any write;
+    a sibling folder whose name starts like the mirror's is not inside it."""
+    mirror = tmp_path / "mirror"
+    (mirror / "planetoid").mkdir(parents=True)
+    monkeypatch.setenv("GRAPHFUSE_DATA_MIRROR", str(mirror))
+    options = {"num_nodes": 50, "avg_degree": 3, "num_features": 2, "num_classes": 2}
+    for root in (mirror, mirror / "x", tmp_path / "other" / ".." / "mirror" / "planetoid"):
+        with pytest.raises(ValueError, match="lies inside \\$GRAPHFUSE_DATA_MIRROR"):
+            load_dataset("synthetic", root, **options)
+    monkeypatch.setenv("GRAPHFUSE_DATA_ROOT", str(mirror / "cache"))
+    with pytest.raises(ValueError, match="lies inside"):
+        load_dataset("synthetic", **options)
+    assert load_dataset("synthetic", tmp_path / "mirror2", **options).num_nodes == 50
+    assert sorted(p.name for p in mirror.rglob("*")) == ["planetoid"]

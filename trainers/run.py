@@ -210,7 +210,10 @@ def _trainer(**kwargs: Any) -> pl.Trainer:
     try:
         return pl.Trainer(**kwargs)
     except (MisconfigurationException, ValueError, RuntimeError, ImportError) as error:
-        raise ConfigError(f"invalid trainer settings: {error}") from None
+        hint = ""
+        if kwargs.get("accelerator") in ("gpu", "cuda") and not torch.cuda.is_available():
+            hint = f" (trainer.accelerator={kwargs['accelerator']}, but no CUDA GPU is visible here: use auto or cpu)"
+        raise ConfigError(f"invalid trainer settings: {error}{hint}") from None
 
 
 def train(cfg: DictConfig, *, verbose: bool = True) -> dict[str, Any]:

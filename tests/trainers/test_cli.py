@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from graphfuse.trainers.cli import main
 
@@ -65,6 +66,12 @@ def test_tiny_run_writes_the_run_directory(capsys, tmp_path, tiny):
 
 def test_trainer_setting_lightning_rejects_exits_2(capsys, tiny):
     _fails_cleanly(capsys, [*tiny, "trainer.accelerator=abacus"], "invalid trainer settings", "accelerator")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a CUDA GPU")
+def test_gpu_accelerator_without_a_gpu_says_to_use_auto_or_cpu(capsys, tiny):
+    # Lightning's own message ('No supported gpu backend found!') does not name the setting.
+    _fails_cleanly(capsys, [*tiny, "trainer.accelerator=gpu"], "trainer.accelerator=gpu", "use auto or cpu")
 
 
 def test_true_precision_exits_2_and_leaves_the_earlier_run(capsys, tiny, tmp_path):

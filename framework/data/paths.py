@@ -45,7 +45,8 @@ def check_root_outside_mirror(root: Path) -> None:
     resolved = root.resolve()
     if resolved == mirror or mirror in resolved.parents:
         raise ValueError(f"load_dataset: root={str(root)!r} lies inside ${MIRROR_ENV}={env}, which loaders only read; "
-                         "choose a root outside it (the default is ~/.cache/graphfuse/datasets)")
+                         f"choose a root outside it (the root argument or data.root, else ${ROOT_ENV}, else "
+                         "~/.cache/graphfuse/datasets)")
 
 
 def mirror_dir(relative: str) -> Path | None:

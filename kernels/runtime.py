@@ -109,11 +109,13 @@ def device_index(device: torch.device) -> int:
     return device.index if device.index is not None else torch.cuda.current_device()
 
 
-def _current_stream_ptr(index: int) -> int:
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if raw is not None:
-        return raw(index)
+def _stream_of(index: int) -> int:
     return torch.cuda.current_stream(index).cuda_stream
+
+
+# The handle of PyTorch's current stream on a device: its raw-stream query where this build has one (CUDA
+# builds), a stream object's handle otherwise. Looked up once: it is on every launch's path.
+_current_stream_ptr = getattr(torch._C, "_cuda_getCurrentRawStream", _stream_of)
 
 
 def current_stream(device: torch.device) -> int:
@@ -220,7 +222,7 @@ def _launch(fn: int, index: int, shape: tuple, args: Sequence[int | float]) -> N
     context manager on the way (unless the thread is not on the device's primary context)."""
     params = _pack(args)
     driver = _driver()
-    if driver.ctxGetCurrent() == _contexts.get(index):
+    if driver.ctxGetCurrent() == _contexts.get(index):  # the device's primary context is the thread's
         driver.launchKernel(fn, *shape, _current_stream_ptr(index), params, 0)
         return
     with _primary_context(index):

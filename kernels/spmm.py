@@ -171,12 +171,17 @@ class GespmmPlan(rt.Plan):
                 done = torch.zeros(self.schedule.num_partials * self.tiles, dtype=torch.int32, device=self.device)
             item = rt.itemsize(self.dtype) + (8 if self.track else 0)
             keep = self.schedule.num_partials * self.k * item <= KEEP_PARTIALS_BYTES
-            work = (done, self._partials() if keep else None)
+            partials = self._partials() if keep else None
+            work = ((done, partials), None if partials is None else self._work_args(done, partials))
             if not capturing:
                 self.workspaces[stream] = work
-        done, partials = work
-        partials = partials or self._partials()
-        return (done, partials), (partials[0].data_ptr(), rt.ptr(partials[1]), self.rowptr.data_ptr(), rt.ptr(done))
+        if work[1] is not None:  # kept partials: the arguments were packed when the workspace was made
+            return work
+        done, partials = work[0][0], self._partials()
+        return (done, partials), self._work_args(done, partials)
+
+    def _work_args(self, done: Tensor | None, partials: tuple[Tensor, Tensor | None]) -> tuple[int, int, int, int]:
+        return partials[0].data_ptr(), rt.ptr(partials[1]), self.rowptr.data_ptr(), rt.ptr(done)
 
     def _launch(self, x: Tensor, values: Tensor | None, edge_id: Tensor | None, gather_arg: Tensor | None,
                 out: Tensor, arg: Tensor | None) -> tuple[Tensor, Tensor | None]:

@@ -358,18 +358,46 @@ def run(fn: type[torch.autograd.Function], *args: Any) -> Any:
     return fn.forward(_NoGradContext(), *args)
 
 
+class BoundAggregate:
+    """``aggregate`` through one kernel backend, bound to one graph and one memo signature (``Backend.bind``,
+    :func:`graphfuse.engine.dispatcher.resolve_cached`: the dtype and shape of ``x``, the reduce, which edge
+    weights). The autograd Function, the weight heads and, for GE-SpMM and HP-SpMM, the plan of a call without
+    gradient are looked up once, so such a call only checks the layout of ``x``, finds the permuted weights,
+    allocates and launches: on a small graph, host time is what an aggregation costs. Holds no reference to
+    the graph, whose memo holds it."""
+
+    __slots__ = ("fn", "heads", "plan", "pair", "out_shape")
+
+    def __init__(self, name: str, graph: Graph, x: Tensor, edge_weight: Tensor | None, reduce: str) -> None:
+        _check_dtype(name, x)
+        self.heads = edge_weight.size(1) if (edge_weight is not None and edge_weight.dim() == 2) else 1
+        fn = _FUNCTIONS[name]
+        if (name == "gas" and reduce in ("max", "min")) or (
+                name == "hpspmm" and (reduce in ("max", "min") or self.heads > 1)):
+            fn = GespmmAggregate
+        self.fn, self.plan, self.pair = fn, None, fn is GespmmAggregate
+        self.out_shape = None if x.dim() == 2 else (graph.num_dst, *x.shape[1:])
+        weighted = edge_weight is not None
+        if x.dim() == 2 and fn is GespmmAggregate:
+            self.plan = gespmm_plan(graph, "csr", x, reduce=reduce, heads=self.heads, weighted=weighted)
+        elif x.dim() == 2 and fn is HpSpmmAggregate:
+            self.plan = hp_plan(graph, "csr", x, reduce=reduce, weighted=weighted)
+
+    def __call__(self, graph: Graph, x: Tensor, edge_weight: Tensor | None, reduce: str) -> Tensor:
+        x2 = x if self.out_shape is None and x.is_contiguous() else x.reshape(x.size(0), -1).contiguous()
+        if torch.is_grad_enabled() and (x.requires_grad or (edge_weight is not None and edge_weight.requires_grad)):
+            out = self.fn.apply(graph, x2, edge_weight, reduce, self.heads)
+        elif self.plan is not None:  # the forward pass without autograd's ctx, as fn.forward would run it
+            out = self.plan(x2, _permuted(graph, edge_weight, "csr"))
+            if self.pair:
+                out = out[0]
+        else:
+            out = self.fn.forward(_NoGradContext(), graph, x2, edge_weight, reduce, self.heads)
+        return out if self.out_shape is None else out.view(self.out_shape)
+
+
 def _aggregate(name: str, graph: Graph, x: Tensor, edge_weight: Tensor | None, reduce: str) -> Tensor:
-    _check_dtype(name, x)
-    x2, heads = _flatten(graph, x, edge_weight)
-    fn = _FUNCTIONS[name]
-    if (name == "gas" and reduce in ("max", "min")) or (name == "hpspmm" and (reduce in ("max", "min") or heads > 1)):
-        fn = GespmmAggregate
-    # run() inlined on the hottest call: the two tensors are known, the generic scan costs ~1 µs there
-    if torch.is_grad_enabled() and (x.requires_grad or (edge_weight is not None and edge_weight.requires_grad)):
-        out = fn.apply(graph, x2, edge_weight, reduce, heads)
-    else:
-        out = fn.forward(_NoGradContext(), graph, x2, edge_weight, reduce, heads)
-    return out if x.dim() == 2 else out.view(graph.num_dst, *x.shape[1:])
+    return BoundAggregate(name, graph, x, edge_weight, reduce)(graph, x, edge_weight, reduce)
 
 
 def gespmm_aggregate(graph: Graph, x: Tensor, edge_weight: Tensor | None = None, reduce: str = "sum") -> Tensor:
@@ -486,6 +514,13 @@ def _supports(name: str):
     return supports
 
 
+def _binder(name: str):
+    def bind(op: str, *, graph: Graph, x: Tensor, edge_weight: Tensor | None, reduce: str) -> BoundAggregate | None:
+        return BoundAggregate(name, graph, x, edge_weight, reduce) if op == "aggregate" else None
+
+    return bind
+
+
 def register() -> None:
     """Register the four kernel backends with the dispatcher (done once at ``import graphfuse``)."""
     common = {"sddmm": sddmm, "edge_softmax": edge_softmax, "sampled_aggregate": sampled_aggregate}
@@ -503,6 +538,7 @@ def register() -> None:
             is_available=runtime.is_available,
             priority=priority,
             supports=_supports(name),
+            bind=_binder(name),
         ))
 
 

@@ -37,9 +37,13 @@ class Backend:
         is_available: whether its runtime (e.g. CuPy) can be used here.
         priority: order among candidates for ``"auto"`` (higher first).
         supports: optional predicate ``(op, **call) -> bool`` refining which calls it can take under "auto";
-            for ``aggregate`` it may look only at the graph, the dtype and rank of ``x``, the rank of
+            for ``aggregate`` it may look only at the graph, the dtype and shape of ``x``, the rank of
             ``edge_weight`` and whether it needs a gradient, and ``reduce`` (the engine memoises the choice on
             those: :func:`resolve_cached`).
+        bind: optional ``(op, **call) -> callable``: an implementation of ``op`` (same signature as
+            ``ops[op]``) specialised to what :func:`resolve_cached`'s signature fixes for one graph (for
+            ``aggregate``: the dtype and shape of ``x``, ``reduce``, which edge weights), so that a memoised
+            call skips the lookups ``ops[op]`` would repeat; None, or a ``bind`` returning None: ``ops[op]``.
     """
 
     name: str
@@ -50,6 +54,7 @@ class Backend:
     is_available: Callable[[], bool] = lambda: True
     priority: int = 0
     supports: Callable[..., bool] | None = field(default=None)
+    bind: Callable[..., Callable[..., Any] | None] | None = field(default=None)
 
 
 _REGISTRY: dict[str, Backend] = {}
@@ -119,6 +124,11 @@ def resolve(
         ValueError: unknown backend, a backend without ``op``, or one that cannot run on ``device``.
         RuntimeError: a backend whose runtime is missing here (e.g. CuPy not installed).
     """
+    return _choose(op, device, backend, deterministic, **call).ops[op]
+
+
+def _choose(op: str, device: torch.device, backend: str | None, deterministic: bool | None, **call: Any) -> Backend:
+    """The backend that runs ``op`` (see :func:`resolve`)."""
     name = _default_backend if backend is None else backend
     if deterministic is None:
         deterministic = torch.are_deterministic_algorithms_enabled()
@@ -131,7 +141,7 @@ def resolve(
                 and candidate.is_available()
                 and (candidate.supports is None or candidate.supports(op, **call))
             ):
-                return candidate.ops[op]
+                return candidate
         what = "deterministically (deterministic results were asked for) " if deterministic else ""
         raise ValueError(f"{op}: no registered backend runs this call {what}on {device.type} tensors")
     if name not in _REGISTRY:
@@ -153,7 +163,7 @@ def resolve(
             f"{op}: backend {name!r} is not available here (install graphfuse[cuda12] or graphfuse[cuda13] "
             "for the CuPy kernels)"
         )
-    return chosen.ops[op]
+    return chosen
 
 
 def _deterministic(backend: Backend, device: torch.device) -> bool:
@@ -168,8 +178,10 @@ def resolve_cached(cache: dict, signature: tuple, op: str, device: torch.device,
                    edge_weight: torch.Tensor | None, reduce: str) -> Callable[..., Any]:
     """:func:`resolve` of an aggregation op, memoised in ``cache`` (one per graph) under ``signature``: what,
     besides the registry, the backend names and the determinism flag, decides the choice for this graph. The
-    engine's ops pass ``x``'s dtype and rank, the edge weights' rank and whether they need a gradient, and the
-    reduce, so ``supports`` predicates must depend on nothing else. On a small graph the walk over the
+    engine's ops pass ``x``'s dtype and shape, the reduce and which edge weights (none, the graph's own, or
+    others of a given rank), and whether they need a gradient, so ``supports`` predicates and ``bind`` must
+    depend on nothing else. What is memoised is the chosen backend's ``bind(op, ...)`` where it has one (an
+    implementation with this signature's lookups done), else ``ops[op]``. On a small graph the walk over the
     candidates costs more host time than the kernel; the memo turns it into one dictionary lookup. The call's
     arguments are named parameters, not ``**call``: a hit then builds no keyword dict (~0.25 µs)."""
     torch_flag = torch.are_deterministic_algorithms_enabled()
@@ -179,6 +191,7 @@ def resolve_cached(cache: dict, signature: tuple, op: str, device: torch.device,
            torch.is_deterministic_algorithms_warn_only_enabled(), signature)
     impl = cache.get(key)
     if impl is None:
-        impl = cache[key] = resolve(op, device, backend, deterministic,
-                                    graph=graph, x=x, edge_weight=edge_weight, reduce=reduce)
+        chosen = _choose(op, device, backend, deterministic, graph=graph, x=x, edge_weight=edge_weight, reduce=reduce)
+        bound = chosen.bind and chosen.bind(op, graph=graph, x=x, edge_weight=edge_weight, reduce=reduce)
+        impl = cache[key] = bound or chosen.ops[op]
     return impl

@@ -99,13 +99,15 @@ def aggregate(
 
 def _resolve(op: str, graph: Graph, x: Tensor, edge_weight: Tensor | None, reduce: str, backend: str | None,
              deterministic: bool | None) -> Any:
-    """The implementation of an aggregation op for this call, memoised on the graph under what the choice
-    depends on besides the graph: x's dtype and rank, the edge weights' rank and whether they need a gradient,
-    the reduce (see dispatcher.resolve_cached)."""
-    signature = ((x.dtype, x.dim(), reduce) if edge_weight is None else
-                 (x.dtype, x.dim(), reduce, edge_weight.dim(), edge_weight.requires_grad))
-    return dispatcher.resolve_cached(graph.cached("dispatch", dict), signature, op, x.device, backend, deterministic,
-                                     graph=graph, x=x, edge_weight=edge_weight, reduce=reduce)
+    """The implementation of an aggregation op for this call, memoised on the graph under what the choice (and
+    a backend's ``bind``) depends on besides the graph: x's dtype and shape, the reduce, which edge weights
+    (none, the graph's own, or others) with their rank and whether they need a gradient (see
+    dispatcher.resolve_cached). x is on the graph's device (checked)."""
+    signature = ((x.dtype, x.shape, reduce) if edge_weight is None else
+                 (x.dtype, x.shape, reduce, edge_weight is graph.edge_weight, edge_weight.dim(),
+                  edge_weight.requires_grad))
+    return dispatcher.resolve_cached(graph.cached("dispatch", dict), signature, op, graph.device, backend,
+                                     deterministic, graph=graph, x=x, edge_weight=edge_weight, reduce=reduce)
 
 
 def _sampled(graph: Graph, x: Tensor, edge_weight: Tensor | None, reduce: str, backend: str | None,

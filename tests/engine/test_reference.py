@@ -155,6 +155,39 @@ def test_auto_choice_is_memoised_per_graph_and_follows_the_registry():
         graphfuse.engine.unregister_backend("fake_max")
 
 
+def test_bind_is_memoised_per_signature_and_never_reused_for_another():
+    """A backend's ``bind`` runs once per memo signature (x's dtype and shape, the reduce, which weights); a
+    call with another width, reduce or kind of weights gets its own binding, and a ``bind`` returning None
+    leaves the call to ``ops[op]``."""
+    binds = []
+
+    def bind(op, *, graph, x, edge_weight, reduce):
+        binds.append((tuple(x.shape), reduce, edge_weight is graph.edge_weight))
+        if reduce == "min":
+            return None
+        width = x.size(1)
+        return lambda graph, x, edge_weight, reduce: torch.full((graph.num_dst, width), float(len(binds)))
+
+    def op(graph, x, edge_weight, reduce):
+        return torch.full((graph.num_dst, x.size(1)), -1.0)
+
+    register_backend(Backend(name="fake_bound", ops={"aggregate": op}, devices=frozenset({"cpu"}), bind=bind))
+    g = make_graph_case("unsorted")
+    w = torch.rand(g.num_edges)
+    try:
+        first = [graphfuse.aggregate(g, torch.randn(50, 4), backend="fake_bound") for _ in range(3)]
+        assert all(o.shape == (50, 4) and (o == 1).all() for o in first)
+        assert (graphfuse.aggregate(g, torch.randn(50, 6), backend="fake_bound") == 2).all()
+        assert graphfuse.aggregate(g, torch.randn(50, 6), backend="fake_bound").shape == (50, 6)
+        assert (graphfuse.aggregate(g, torch.randn(50, 4), w, backend="fake_bound") == 3).all()
+        assert (graphfuse.aggregate(g, torch.randn(50, 4), reduce="min", backend="fake_bound") == -1).all()
+        assert (graphfuse.aggregate(g, torch.randn(50, 4), reduce="min", backend="fake_bound") == -1).all()
+        assert binds == [((50, 4), "sum", True), ((50, 6), "sum", True), ((50, 4), "sum", False),
+                         ((50, 4), "min", True)]
+    finally:
+        graphfuse.engine.unregister_backend("fake_bound")
+
+
 def test_deterministic_request_and_default_backend():
     g = make_graph_case("unsorted")
     x = torch.randn(50, 4)

@@ -356,6 +356,44 @@ def test_auto_and_layers_run_on_backend(backend):
     assert_close(out, reference.aggregate(g, x.double()), reference.aggregate(g, x.double().abs()))
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
+@pytest.mark.parametrize("case", ["hub", "unsorted", "bipartite", "no_edges", "big_hub"])
+def test_calls_without_gradient_match_on_every_memo_hit(case, reduce, backend):
+    """A call without gradient runs what the graph's dispatch memo bound for its signature (BoundAggregate:
+    the GE-SpMM / HP-SpMM plan looked up once). Its first call and later hits match the float64 reference:
+    with the graph's own weights, also after they change in place, with other weights, unweighted, at another
+    width, for 3-D features, and under torch.no_grad on features that require a gradient."""
+    base = graph(case)
+    w0 = torch.rand(base.num_edges, device="cuda") + 0.5
+    g = graphfuse.Graph(base.edge_index, num_src=base.num_src, num_dst=base.num_dst, edge_weight=w0)
+
+    def check(x, w):
+        weights = g.edge_weight if w is None else w
+        out = graphfuse.aggregate(g, x, w, reduce, backend=backend)
+        ref = reference.aggregate(g, x.double(), weights.double(), reduce)
+        scale = reference.aggregate(g, x.double().abs(), weights.double(), reduce) if reduce != "max" else None
+        assert_close(out, ref, scale)
+
+    for k in (64, 41, 64):
+        x = torch.randn(g.num_src, k, device="cuda")
+        for _ in range(2):
+            check(x, None)
+        check(x, torch.rand(g.num_edges, device="cuda"))
+        g.edge_weight.mul_(2.0)  # in place: the memo's permuted copy must follow
+        check(x, None)
+    check(torch.randn(g.num_src, 2, 8, device="cuda"), None)
+    x = torch.randn(g.num_src, 64, device="cuda", requires_grad=True)
+    with torch.no_grad():
+        check(x, None)
+    unweighted = graphfuse.Graph(base.edge_index, num_src=base.num_src, num_dst=base.num_dst)
+    xu = torch.randn(g.num_src, 32, device="cuda")
+    for _ in range(2):
+        out = graphfuse.aggregate(unweighted, xu, reduce=reduce, backend=backend)
+        scale = reference.aggregate(unweighted, xu.double().abs(), None, reduce) if reduce != "max" else None
+        assert_close(out, reference.aggregate(unweighted, xu.double(), None, reduce), scale)
+
+
 # ------------------------------------------------------------------------------------------ HP-SpMM
 @pytest.mark.parametrize("npw", [8, 64, 512])
 @pytest.mark.parametrize("k", [7, 64, 100])

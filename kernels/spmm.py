@@ -175,9 +175,10 @@ class GespmmPlan(rt.Plan):
             work = ((done, partials), None if partials is None else self._work_args(done, partials))
             if not capturing:
                 self.workspaces[stream] = work
-        if work[1] is not None:  # kept partials: the arguments were packed when the workspace was made
+        (done, kept), _ = work
+        if kept is not None:  # kept partials: the arguments were packed when the workspace was made
             return work
-        done, partials = work[0][0], self._partials()
+        partials = self._partials()
         return (done, partials), self._work_args(done, partials)
 
     def _work_args(self, done: Tensor | None, partials: tuple[Tensor, Tensor | None]) -> tuple[int, int, int, int]:

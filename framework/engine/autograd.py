@@ -164,9 +164,14 @@ def _gas_degree(graph: Graph) -> Tensor:
 
 
 # ------------------------------------------------------------------------------------------ shapes
+def _heads(w: Tensor | None) -> int:
+    """The number of weight heads: 1 unless w is (E, H)."""
+    return w.size(1) if (w is not None and w.dim() == 2) else 1
+
+
 def _flatten(graph: Graph, x: Tensor, w: Tensor | None) -> tuple[Tensor, int]:
-    """x as (N, K) contiguous and the number of weight heads (1 unless w is (E, H))."""
-    heads = w.size(1) if (w is not None and w.dim() == 2) else 1
+    """x as (N, K) contiguous and the number of weight heads (:func:`_heads`)."""
+    heads = _heads(w)
     if x.dim() == 2 and x.is_contiguous():
         return x, heads
     return x.reshape(x.size(0), -1).contiguous(), heads
@@ -370,7 +375,7 @@ class BoundAggregate:
 
     def __init__(self, name: str, graph: Graph, x: Tensor, edge_weight: Tensor | None, reduce: str) -> None:
         _check_dtype(name, x)
-        self.heads = edge_weight.size(1) if (edge_weight is not None and edge_weight.dim() == 2) else 1
+        self.heads = _heads(edge_weight)
         fn = _FUNCTIONS[name]
         if (name == "gas" and reduce in ("max", "min")) or (
                 name == "hpspmm" and (reduce in ("max", "min") or self.heads > 1)):

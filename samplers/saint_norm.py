@@ -47,6 +47,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from graphfuse.data.paths import check_outside_mirror
 from graphfuse.graph import Graph
 from graphfuse.samplers.fingerprint import graph_fingerprint, tensor_fingerprint
 from graphfuse.samplers.subgraph import Subgraph, _check_square, induced_edges, owned_adjacency
@@ -285,7 +286,8 @@ def compute_saint_norm(
         norm: ``"pyg"`` (sample the whole graph) or ``"paper"`` (sample the training graph).
         train_mask: training nodes, an (N,) bool tensor; required for ``"paper"`` (ignored for ``"pyg"``).
         seed: seed of the pre-sampling generator (on the graph's device).
-        cache_dir: folder for the cached coefficients; None disables the cache.
+        cache_dir: folder for the cached coefficients (not inside ``$GRAPHFUSE_DATA_MIRROR``, which is only
+            read); None disables the cache.
 
     Returns:
         :class:`SaintNorm` on the graph's device, indexed by ``graph``'s node and edge ids.
@@ -307,6 +309,7 @@ def compute_saint_norm(
                              f"{tuple(train_mask.shape)} {train_mask.dtype}")
     path = key = None
     if cache_dir is not None:
+        check_outside_mirror(cache_dir, "compute_saint_norm: cache_dir", "choose a cache_dir outside it")
         path, key = _cache_path(cache_dir, graph, sampler, sample_coverage, norm, train_mask, seed)
         if path.exists():
             stored = torch.load(path, map_location=graph.device, weights_only=True)

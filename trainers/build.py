@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
 from graphfuse.data import DatasetNotFoundError, NodeDataset, dataset_options, default_root, load_dataset
+from graphfuse.data.paths import check_outside_mirror
 from graphfuse.engine import registered_backends, resolve
 from graphfuse.engine.attention import FUSED
 from graphfuse.graph import Graph
@@ -184,7 +185,8 @@ def build_datamodule(cfg: DictConfig, dataset: NodeDataset) -> FullGraphDataModu
     Normalisation coefficients are cached under ``sampler.cache_dir`` (null: ``<data root>/saint_norm``).
 
     Raises:
-        ConfigError: neighbour batches that ``drop_last`` would all drop (``batch_size`` above the training nodes).
+        ConfigError: neighbour batches that ``drop_last`` would all drop (``batch_size`` above the training nodes);
+            a GraphSAINT ``sampler.cache_dir`` inside ``$GRAPHFUSE_DATA_MIRROR`` (which is only read).
     """
     mean_weights = uses_mean_weights(cfg.model)
     sampler = cfg.sampler
@@ -206,5 +208,10 @@ def build_datamodule(cfg: DictConfig, dataset: NodeDataset) -> FullGraphDataModu
         loader_args = {key: plain[key] for key in SAINT_LOADER_ARGS}
         loader_args["normalize_edges"] = bool(sampler.aggr_norm and sampler.sample_coverage > 0)
     cache_dir = Path(sampler.cache_dir or Path(cfg.data.root or default_root()) / "saint_norm")
+    if sampler.name != "neighbor":  # GraphSAINT writes its coefficients there at setup, after the run dir is made
+        try:
+            check_outside_mirror(cache_dir, "sampler.cache_dir", "set sampler.cache_dir to a folder outside it")
+        except ValueError as error:
+            raise ConfigError(f"{error}.") from None
     return SampledDataModule(dataset, sampler.name, sampler_args, loader_args, mean_weights=mean_weights,
                              seed=cfg.seed, cache_dir=cache_dir)

@@ -34,19 +34,24 @@ def default_root() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "graphfuse" / "datasets"
 
 
-def check_root_outside_mirror(root: Path) -> None:
-    """Raise ValueError when ``root`` is ``$GRAPHFUSE_DATA_MIRROR`` or lies inside it: loaders write raw copies and
-    processed files below their root, and the mirror is read-only (file permissions alone may not stop a
-    privileged user)."""
+def check_outside_mirror(path: str | os.PathLike, what: str, instead: str) -> None:
+    """Raise ValueError when ``path`` is ``$GRAPHFUSE_DATA_MIRROR`` or lies inside it (after ``~`` and ``..``): it
+    is about to be written (dataset copies and processed files, cached coefficients), and the mirror is
+    read-only (file permissions alone may not stop a privileged user). ``what`` names the setting in the
+    message (e.g. ``"load_dataset: root"``), ``instead`` says what to do."""
     env = os.environ.get(MIRROR_ENV)
     if not env:
         return
     mirror = Path(env).expanduser().resolve()
-    resolved = root.resolve()
+    resolved = Path(path).expanduser().resolve()
     if resolved == mirror or mirror in resolved.parents:
-        raise ValueError(f"load_dataset: root={str(root)!r} lies inside ${MIRROR_ENV}={env}, which loaders only read; "
-                         f"choose a root outside it (the root argument or data.root, else ${ROOT_ENV}, else "
-                         "~/.cache/graphfuse/datasets)")
+        raise ValueError(f"{what}={str(path)!r} lies inside ${MIRROR_ENV}={env}, which graphfuse only reads; {instead}")
+
+
+def check_root_outside_mirror(root: Path) -> None:
+    """:func:`check_outside_mirror` for a dataset root (loaders write raw copies and processed files below it)."""
+    check_outside_mirror(root, "load_dataset: root", f"choose a root outside it (the root argument or data.root, "
+                         f"else ${ROOT_ENV}, else ~/.cache/graphfuse/datasets)")
 
 
 def mirror_dir(relative: str) -> Path | None:

@@ -155,6 +155,23 @@ def test_cache_hit_skips_pre_sampling(tmp_path, monkeypatch, device):
                            cache_dir=tmp_path)
 
 
+def test_a_cache_dir_inside_the_mirror_is_refused(tmp_path, monkeypatch):
+    """The coefficients are written under cache_dir; the offline mirror is only read. cache_dir equal to it or
+    inside it (also through '..' or '~') is refused before pre-sampling or writing; a sibling folder is not."""
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    monkeypatch.setenv("GRAPHFUSE_DATA_MIRROR", str(mirror))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    graph = make_graph_case("hub", "cpu")
+    sampler = SaintRandomWalkSampler(roots=8, walk_length=2)
+    for cache_dir in (mirror, mirror / "saint_norm", tmp_path / "x" / ".." / "mirror" / "a", "~/mirror/b"):
+        with pytest.raises(ValueError, match=r"compute_saint_norm: cache_dir=.* lies inside \$GRAPHFUSE_DATA_MIRROR"):
+            compute_saint_norm(graph, sampler, sample_coverage=2, cache_dir=cache_dir)
+    assert list(mirror.iterdir()) == []
+    compute_saint_norm(graph, sampler, sample_coverage=2, cache_dir=tmp_path / "mirror2")
+    assert len(list((tmp_path / "mirror2").iterdir())) == 1
+
+
 def test_same_seed_same_coefficients(device):
     graph = make_graph_case("isolated", device)
     sampler = SaintRandomWalkSampler(roots=3, walk_length=2)

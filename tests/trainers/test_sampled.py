@@ -133,6 +133,19 @@ def test_paper_weights_average_over_training_in_neighbours():
     assert weight.tolist() == [0.5, 0.5, 0.0, 1.0]
 
 
+def test_a_saint_cache_dir_inside_the_mirror_is_a_config_error(tmp_path, monkeypatch):
+    """sampler.cache_dir inside $GRAPHFUSE_DATA_MIRROR (read-only) is refused when the data module is built, before
+    the run directory is touched; the neighbour sampler, which caches nothing, does not look at it."""
+    monkeypatch.setenv("GRAPHFUSE_DATA_MIRROR", str(tmp_path))
+    dataset = load_dataset("synthetic", tmp_path.parent / "data", num_nodes=100, num_features=4, num_classes=3)
+    cfg = load_config(["data=synthetic", "sampler=saint_rw", "model=saint", f"sampler.cache_dir={tmp_path / 'norm'}"])
+    with pytest.raises(ConfigError, match=r"sampler.cache_dir=.* lies inside \$GRAPHFUSE_DATA_MIRROR"):
+        build_datamodule(cfg, dataset)
+    cfg = load_config(["data=synthetic", "sampler=neighbor", f"sampler.cache_dir={tmp_path / 'norm'}"])
+    assert isinstance(build_datamodule(cfg, dataset), SampledDataModule)
+    assert not (tmp_path / "norm").exists()
+
+
 def test_loader_is_built_on_the_training_device_and_reseeded_per_epoch(tmp_path):
     dataset = load_dataset("synthetic", num_nodes=100, num_features=4, num_classes=3)
     cfg = load_config(["data=synthetic", "sampler=saint_rw", "model=saint", "model.aggr=sum", "sampler.roots=10",

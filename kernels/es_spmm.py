@@ -49,6 +49,18 @@ def shared_bytes(width: int, dtype: torch.dtype, weighted: bool, strategy: str) 
     return WARPS * width * (4 + (rt.itemsize(dtype) if staged_w else 0))
 
 
+def check_sampling(op: str, width: object, strategy: object, seed: object) -> None:
+    """Raise ValueError naming ``width`` (an int in [1, MAX_WIDTH]), ``strategy`` (a key of ``STRATEGY_CODES``)
+    or ``seed`` (an int in [0, 2**63)) of ``op``: the sampling settings, checked alike by :func:`es_spmm` and
+    ``graphfuse.EdgeSampling``."""
+    if isinstance(width, bool) or not isinstance(width, int) or not 1 <= width <= MAX_WIDTH:
+        raise ValueError(f"{op}: width must be an int in [1, {MAX_WIDTH}]; got {width!r}")
+    if strategy not in STRATEGY_CODES:
+        raise ValueError(f"{op}: strategy must be one of {list(STRATEGY_CODES)}; got {strategy!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise ValueError(f"{op}: seed must be an int in [0, 2**63); got {seed!r}")
+
+
 def seed_mix(seed: int) -> int:
     """``seed · 0x9E3779B97F4A7C15 mod 2^64`` as a signed 64-bit integer: the seed term of the splitmix64 hash
     that both this kernel and its reference (``edge_sampling.hash_uniforms``) draw from."""
@@ -134,12 +146,7 @@ def _check(rowptr: Tensor, col: Tensor, x: Tensor, values: Tensor | None, width:
     op = "es_spmm"
     if reduce not in rt.REDUCE_CODES:
         raise ValueError(f"{op}: reduce must be one of {list(rt.REDUCE_CODES)}; got {reduce!r}")
-    if strategy not in STRATEGY_CODES:
-        raise ValueError(f"{op}: strategy must be one of {list(STRATEGY_CODES)}; got {strategy!r}")
-    if isinstance(width, bool) or not isinstance(width, int) or not 1 <= width <= MAX_WIDTH:
-        raise ValueError(f"{op}: width must be an int in [1, {MAX_WIDTH}]; got {width!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
-        raise ValueError(f"{op}: seed must be an int in [0, 2**63); got {seed!r}")
+    check_sampling(op, width, strategy, seed)
     rt.check_csr(op, rowptr, col, x)
     if values is not None:
         nnz = col.numel()

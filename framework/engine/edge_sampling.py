@@ -32,9 +32,8 @@ from graphfuse.graph import CSR, Graph
 from graphfuse.kernels import es_spmm as es_kernels
 from graphfuse.kernels import sampling as sampling_kernels
 
-STRATEGIES = ("bucket", "fastrand", "random")
+STRATEGIES = tuple(es_kernels.STRATEGY_CODES)  # "bucket", "fastrand", "random"
 FASTRAND_PRIMES = (577, 1009, 1597)
-MAX_WIDTH = 512  # the shared-memory width bound of the ES-SpMM kernel
 
 
 @dataclass(frozen=True)
@@ -52,12 +51,7 @@ class EdgeSampling:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if isinstance(self.width, bool) or not isinstance(self.width, int) or not 1 <= self.width <= MAX_WIDTH:
-            raise ValueError(f"EdgeSampling: width must be an int in [1, {MAX_WIDTH}]; got {self.width!r}")
-        if self.strategy not in STRATEGIES:
-            raise ValueError(f"EdgeSampling: strategy must be one of {list(STRATEGIES)}; got {self.strategy!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
-            raise ValueError(f"EdgeSampling: seed must be an int in [0, 2**63); got {self.seed!r}")
+        es_kernels.check_sampling("EdgeSampling", self.width, self.strategy, self.seed)
 
 
 _current: contextvars.ContextVar[EdgeSampling | None] = contextvars.ContextVar("sampling", default=None)

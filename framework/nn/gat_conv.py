@@ -73,7 +73,7 @@ class GATConv(nn.Module):
         self.heads = heads
         self.concat = concat
         self.negative_slope = negative_slope
-        self.dropout = dropout
+        self.dropout = float(dropout)
         self.add_self_loops = add_self_loops
         self.backend = backend
         self.lin = nn.Linear(in_channels, heads * out_channels, bias=False)

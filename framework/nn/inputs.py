@@ -81,8 +81,9 @@ def check_bools(owner: str, **values: bool) -> None:
 
 
 def check_rate(owner: str, arg: str, value: float) -> None:
-    """Raise ValueError naming ``arg`` unless ``value`` is a real number in [0, 1) (a dropout rate)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+    """Raise ValueError naming ``arg`` unless ``value`` is a real number in [0, 1) (a dropout rate; NumPy numbers
+    too, as the width checks take NumPy integers)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value < 1.0:
         raise ValueError(f"{owner}: {arg} must be a number in [0, 1); got {value!r}")
 
 

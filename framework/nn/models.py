@@ -83,7 +83,7 @@ class GNN(nn.Module):
         check_rate(name, "dropout", dropout)
         self.convs = nn.ModuleList(convs)
         self.norms = None if norm is None else nn.ModuleList(NORMS[norm](hidden_width) for _ in convs[:-1])
-        self.dropout = dropout
+        self.dropout = float(dropout)
         self.activation = activation
         self.act = ACTIVATIONS[activation]
 

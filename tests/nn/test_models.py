@@ -152,6 +152,20 @@ def test_bad_inputs_raise_naming_the_argument(name):
                 cls(**args, **extra)
 
 
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_numpy_dropout_rates_are_accepted(name):
+    """A NumPy float rate (e.g. from a sweep over np.linspace) was refused by the rate check, which took only
+    Python int/float while the width checks take NumPy integers; it is stored as a float."""
+    np = pytest.importorskip("numpy")
+    extra = {"attn_dropout": np.float32(0.25)} if name == "gat" else {}
+    model = _model(name, dropout=np.float32(0.5), **extra)
+    assert model.dropout == 0.5 and type(model.dropout) is float
+    if name == "gat":
+        assert all(type(conv.dropout) is float and conv.dropout == 0.25 for conv in model.convs)
+    with pytest.raises(ValueError, match="dropout must be a number in"):
+        _model(name, dropout=np.float64(1.0))
+
+
 def test_gat_names_its_own_arguments():
     with pytest.raises(ValueError, match="GAT: out_heads must be an int >= 1; got 0"):
         _model("gat", out_heads=0)

@@ -193,6 +193,7 @@ def build_datamodule(cfg: DictConfig, dataset: NodeDataset) -> FullGraphDataModu
     if sampler.name is None:
         return FullGraphDataModule(dataset, mean_weights=mean_weights, reorder=cfg.data.reorder)
     plain = OmegaConf.to_container(sampler, resolve=True)
+    cache_dir = Path(sampler.cache_dir or Path(cfg.data.root or default_root()) / "saint_norm")
     if sampler.name == "neighbor":
         num_train = int(dataset.train_mask.sum())
         if sampler.drop_last and sampler.batch_size > num_train:
@@ -207,9 +208,7 @@ def build_datamodule(cfg: DictConfig, dataset: NodeDataset) -> FullGraphDataModu
         sampler_args = {key: plain[key] for key in SAINT_PARAMS[sampler.name]}
         loader_args = {key: plain[key] for key in SAINT_LOADER_ARGS}
         loader_args["normalize_edges"] = bool(sampler.aggr_norm and sampler.sample_coverage > 0)
-    cache_dir = Path(sampler.cache_dir or Path(cfg.data.root or default_root()) / "saint_norm")
-    if sampler.name != "neighbor":  # GraphSAINT writes its coefficients there at setup, after the run dir is made
-        try:
+        try:  # GraphSAINT writes its coefficients there at setup, after the run directory is made
             check_outside_mirror(cache_dir, "sampler.cache_dir", "set sampler.cache_dir to a folder outside it")
         except ValueError as error:
             raise ConfigError(f"{error}.") from None

@@ -48,12 +48,6 @@ def check_outside_mirror(path: str | os.PathLike, what: str, instead: str) -> No
         raise ValueError(f"{what}={str(path)!r} lies inside ${MIRROR_ENV}={env}, which graphfuse only reads; {instead}")
 
 
-def check_root_outside_mirror(root: Path) -> None:
-    """:func:`check_outside_mirror` for a dataset root (loaders write raw copies and processed files below it)."""
-    check_outside_mirror(root, "load_dataset: root", f"choose a root outside it (the root argument or data.root, "
-                         f"else ${ROOT_ENV}, else ~/.cache/graphfuse/datasets)")
-
-
 def mirror_dir(relative: str) -> Path | None:
     """``$GRAPHFUSE_DATA_MIRROR/relative`` when the variable is set and that folder exists, else None."""
     env = os.environ.get(MIRROR_ENV)

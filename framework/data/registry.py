@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from graphfuse.data.dataset import NodeDataset
-from graphfuse.data.paths import check_root_outside_mirror, default_root
+from graphfuse.data.paths import ROOT_ENV, check_outside_mirror, default_root
 from graphfuse.data.transforms import normalize_features as _normalize_features
 
 Loader = Callable[..., NodeDataset]
@@ -96,7 +96,8 @@ def load_dataset(
         raise TypeError(f"load_dataset: unknown option(s) {', '.join(map(repr, unknown))} for dataset "
                         f"{name!r}; valid options: {listing}")
     root = Path(root).expanduser() if root is not None else default_root()
-    check_root_outside_mirror(root)
+    check_outside_mirror(root, "load_dataset: root", f"choose a root outside it (the root argument or data.root, "
+                         f"else ${ROOT_ENV}, else ~/.cache/graphfuse/datasets)")
     dataset = loader(name.lower(), root, **options)
     if normalize_features:
         _normalize_features(dataset.x)

@@ -200,7 +200,38 @@ def test_fingerprints():
         tensor_fingerprint(torch.ones(3))
 
 
-def test_fingerprint_values_a_multiple_of_the_prime_apart_differ():
+def test_fingerprints_of_tensors_with_equal_moments_differ():
+    # The previous fingerprint summed squares of linear forms of (value, position): tensors sharing the sums of
+    # their values, squared values and value-position products collided, e.g. these masks (two training nodes
+    # each, index sums 3) and these edge lists.
+    a, b = torch.tensor([True, False, False, True]), torch.tensor([False, True, True, False])
+    assert tensor_fingerprint(a) != tensor_fingerprint(b)
+    g1 = graphfuse.Graph(torch.tensor([[0, 1, 1, 0], [1, 2, 3, 4]]), num_nodes=5)
+    g2 = graphfuse.Graph(torch.tensor([[1, 0, 0, 1], [1, 2, 3, 4]]), num_nodes=5)
+    assert graph_fingerprint(g1) != graph_fingerprint(g2)
+    generator = torch.Generator().manual_seed(0)
+    masks = []
+    for _ in range(100):  # one training node moved up by one, another down by one: same count and index sum
+        mask = torch.rand(1000, generator=generator) < 0.5
+        up = int(torch.nonzero(mask[:-1] & ~mask[1:])[0])
+        down = int(torch.nonzero(~mask[:-1] & mask[1:])[-1]) + 1
+        moved = mask.clone()
+        moved[[up, up + 1, down - 1, down]] = torch.tensor([False, True, True, False])
+        masks += [mask, moved]
+    assert len({tensor_fingerprint(m) for m in masks}) == len({tuple(m.tolist()) for m in masks}) == 200
+
+
+def test_paper_norm_of_a_second_mask_on_the_same_graph():
+    # The training subgraph is cached on the graph under the mask's fingerprint: a mask that collided with an
+    # earlier one got the earlier one's subgraph (its nodes counted, the new mask's left at zero).
+    graph = graphfuse.Graph(torch.tensor([[0, 1, 2, 3, 1, 2, 3, 0], [1, 2, 3, 0, 0, 1, 2, 3]]), num_nodes=4)
+    sampler = SaintRandomWalkSampler(roots=1, walk_length=1)
+    for mask in (torch.tensor([True, False, False, True]), torch.tensor([False, True, True, False])):
+        sn = compute_saint_norm(graph, sampler, sample_coverage=5, norm="paper", train_mask=mask)
+        assert int(sn.node_count[~mask].sum()) == 0 and bool((sn.node_count[mask] > 0).all())
+
+
+def test_fingerprints_of_values_far_apart_differ():
     p = (1 << 31) - 1
     pairs = [([0, 5], [p, 5]), ([-1], [p - 1]), ([7], [7 + 2 * p]), ([3], [3 - p]), ([0], [p << 31]),
              ([1 << 40], [(1 << 40) + p]), ([-(1 << 63)], [(1 << 63) - 1]), ([0], [1 << 60])]

@@ -29,6 +29,7 @@ from graphfuse.samplers.saint_norm import (
     TrainingSubgraph,
     compute_saint_norm,
     count_saint_samples,
+    presampling_seed,
     saint_norm_from_counts,
     training_subgraph,
 )
@@ -56,6 +57,7 @@ __all__ = [
     "induced_edges",
     "induced_subgraph",
     "make_generator",
+    "presampling_seed",
     "random_walk",
     "saint_norm_from_counts",
     "sample_neighbors",

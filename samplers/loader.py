@@ -33,6 +33,7 @@ from graphfuse.samplers.saint_norm import (
     SaintNorm,
     _is_finite_number,
     compute_saint_norm,
+    presampling_seed,
     training_subgraph,
 )
 from graphfuse.samplers.subgraph import _check_square
@@ -105,7 +106,9 @@ class SaintLoader:
         norm: ``"pyg"`` or ``"paper"``; ``"paper"`` also samples every batch from the training graph.
         train_mask: training nodes (needed for ``"paper"``; defaults to ``node_data["train_mask"]``).
         cache_dir: where normalisation coefficients are cached (None: not cached).
-        seed: seeds the batch generator and the normalisation pre-sampling (which uses 0 when None).
+        seed: seeds the batch generator; the normalisation is pre-sampled with
+            :func:`~graphfuse.samplers.presampling_seed` of it (of 0 when None), a different random
+            stream, so the batches are not the pre-sampled subgraphs.
         normalize_edges: give each batch graph ``edge_weight = edge_norm · w`` (``w`` = the full graph's edge
             weight, 1 when it has none), ready for a layer aggregating with ``"sum"``; otherwise the batch
             graph inherits ``w``. ``batch.edge_norm`` is set either way.
@@ -157,7 +160,7 @@ class SaintLoader:
         if sample_coverage > 0:
             self.saint_norm = compute_saint_norm(
                 graph, sampler, sample_coverage=sample_coverage, norm=norm, train_mask=train_mask,
-                seed=0 if seed is None else seed, cache_dir=cache_dir,
+                seed=presampling_seed(0 if seed is None else seed), cache_dir=cache_dir,
             )
 
     def __len__(self) -> int:

@@ -267,6 +267,14 @@ def _cache_path(cache_dir: str | os.PathLike, graph: Graph, sampler, sample_cove
     return Path(cache_dir).expanduser() / f"{sampler.name}_{norm}_{digest}.pt", key
 
 
+def presampling_seed(seed: int) -> int:
+    """The pre-sampling seed a loader seeded with ``seed`` uses: a digest of it in [0, 2**63), so that the
+    pre-sampling stream is not the loader's batch stream (with one seed, the first batches would be the first
+    pre-sampled subgraphs, whose nodes are then certain to have non-zero counts), nor a trainer's epoch stream."""
+    digest = hashlib.blake2b(f"graphfuse.saint_norm:{seed}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
 def compute_saint_norm(
     graph: Graph,
     sampler,

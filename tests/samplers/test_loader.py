@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -14,7 +16,9 @@ from graphfuse.samplers import (
     SaintLoader,
     SaintNodeSampler,
     SaintRandomWalkSampler,
+    compute_saint_norm,
     count_saint_samples,
+    presampling_seed,
 )
 
 
@@ -97,6 +101,33 @@ def test_saint_loader_is_reproducible_by_seed(device):
     assert all(torch.equal(a, b) for a, b in zip(*runs))
     other = [b.n_id for b in SaintLoader(graph, SaintRandomWalkSampler(5, 2), num_steps=4, seed=12)]
     assert not all(torch.equal(a, b) for a, b in zip(runs[0], other))
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordingNodeSampler(SaintNodeSampler):
+    """A node sampler that keeps every node set it draws (pre-sampling and batches alike)."""
+
+    drawn: list = dataclasses.field(default_factory=list, compare=False, hash=False)
+
+    def draw(self, graph, num_samples, generator=None):
+        raw = super().draw(graph, num_samples, generator)
+        self.drawn.extend(tuple(sorted(set(row))) for row in raw.tolist())
+        return raw
+
+
+def test_saint_batches_are_not_the_pre_sampled_subgraphs():
+    # The loader's batch generator and the pre-sampling generator were seeded alike, so the batches replayed
+    # the subgraphs the normalisation was counted from (every batch node then had a non-zero count).
+    graph = graphfuse.Graph(torch.randint(0, 2000, (2, 20_000), generator=torch.Generator().manual_seed(0)),
+                            num_nodes=2000)
+    sampler = RecordingNodeSampler(budget=300)
+    loader = SaintLoader(graph, sampler, num_steps=20, sample_coverage=2, seed=0)
+    presampled = set(sampler.drawn)
+    sampler.drawn.clear()
+    batches = [tuple(b.n_id.sort().values.tolist()) for b in loader]
+    assert batches == sampler.drawn and not presampled & set(batches)
+    again = compute_saint_norm(graph, SaintNodeSampler(budget=300), sample_coverage=2, seed=presampling_seed(0))
+    assert torch.equal(again.node_count, loader.saint_norm.node_count)
 
 
 @pytest.mark.parametrize("input_kind", ["mask", "ids", "all"])

@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping, Sequence
 import torch
 from torch import Tensor
 
-from graphfuse.data.seeds import in_torch_seed_range
+from graphfuse.data.seeds import check_seed
 from graphfuse.graph import CSR, Graph
 from graphfuse.samplers.batch import Batch
 from graphfuse.samplers.neighbor import NeighborSampler
@@ -42,8 +42,7 @@ from graphfuse.samplers.subgraph import _check_square
 def make_generator(device: torch.device, seed: int | None, owner: str = "make_generator") -> torch.Generator:
     """A generator on ``device`` seeded with ``seed`` (a fresh random seed when None); ``owner`` leads the error
     message of a bad seed."""
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not in_torch_seed_range(seed)):
-        raise ValueError(f"{owner}: seed must be None or an int in [-2**63, 2**64) (torch's seed range); got {seed!r}")
+    check_seed(owner, seed, none_ok=True)
     generator = torch.Generator(device=device)
     if seed is None:
         generator.seed()
@@ -155,7 +154,7 @@ class SaintLoader:
         self.norm = norm
         self.generator = make_generator(graph.device, seed, "SaintLoader")
         self._gatherer = _Gatherer(graph, x, y, node_data, "SaintLoader")
-        self.training = training_subgraph(graph, train_mask.to(graph.device)) if norm == "paper" else None
+        self.training = training_subgraph(graph, train_mask) if norm == "paper" else None
         self.saint_norm: SaintNorm | None = None
         if sample_coverage > 0:
             self.saint_norm = compute_saint_norm(

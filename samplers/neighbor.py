@@ -33,7 +33,7 @@ from torch import Tensor
 from graphfuse.graph import Graph
 from graphfuse.kernels import sampling as sampling_kernels
 from graphfuse.samplers.saint import check_generator
-from graphfuse.samplers.subgraph import _check_square, expand_ranges, induced_edges
+from graphfuse.samplers.subgraph import _check_square, check_node_ids, expand_ranges, induced_edges
 
 SUBGRAPH_TYPES = ("directional", "bidirectional", "induced")
 
@@ -82,11 +82,20 @@ def sample_neighbors(
     Shapes:
         nodes: (F,) int64 → owner, nbr, e_id: (T,) int64.
     """
+    _check_square(graph, "sample_neighbors")
     check_generator(generator, graph.device, "sample_neighbors")
+    nodes = check_node_ids("sample_neighbors", "nodes", nodes, graph)
+    if isinstance(num_neighbors, bool) or not isinstance(num_neighbors, int) or num_neighbors < -1:
+        raise ValueError(f"sample_neighbors: num_neighbors must be an int ≥ -1 (-1: all in-edges); got "
+                         f"{num_neighbors!r}")
+    return _hop(graph, nodes, num_neighbors, replace, generator)
+
+
+def _hop(graph: Graph, nodes: Tensor, k: int, replace: bool, generator: torch.Generator | None) -> SampledEdges:
+    """:func:`sample_neighbors` on checked arguments (``nodes`` int64 ids on the graph's device)."""
     rowptr, col, perm, _ = graph.csr
     start = rowptr[nodes]
     degree = graph.in_degree[nodes]
-    k = num_neighbors
     if k < 0:
         owner, pos = expand_ranges(start, degree)
         return SampledEdges(owner, col[pos], perm[pos])
@@ -262,15 +271,9 @@ class NeighborSampler:
         if seeds.dim() != 1 or seeds.dtype not in (torch.int64, torch.int32):
             raise ValueError(f"NeighborSampler: seeds must be a 1-D integer tensor; got {tuple(seeds.shape)} "
                              f"{seeds.dtype}")
-        if seeds.device != graph.device:
-            raise ValueError(f"NeighborSampler: seeds are on {seeds.device} but the graph is on {graph.device}")
+        seeds = check_node_ids("NeighborSampler", "seeds", seeds, graph)  # one sync (the sampling has several)
         n, device = graph.num_nodes, graph.device
-        seeds = seeds.long()
         num_seeds = seeds.numel()
-        if num_seeds:
-            low, high = (int(v) for v in torch.aminmax(seeds))  # one sync (the sampling below has several)
-            if low < 0 or high >= n:
-                raise ValueError(f"NeighborSampler: seeds must be node ids in [0, {n}); got values in [{low}, {high}]")
         tree = torch.arange(num_seeds, device=device) if self.disjoint else None
         node_set = _KeySet(tree * n + seeds) if self.disjoint else _NodeMap(n, seeds)
 
@@ -279,7 +282,7 @@ class NeighborSampler:
         num_sampled_nodes, num_sampled_edges = [num_seeds], []
         frontier, frontier_tree, frontier_start, count = seeds, tree, 0, num_seeds
         for k in self.num_neighbors:
-            hop = sample_neighbors(graph, frontier, k, replace=self.replace, generator=generator)
+            hop = _hop(graph, frontier, k, self.replace, generator)
             cand = hop.nbr if tree is None else frontier_tree[hop.owner] * n + hop.nbr
             local, new = node_set.add(cand, count)
             rows.append(local)

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from graphfuse.graph import Graph
-from graphfuse.samplers.subgraph import Subgraph, _check_square, induced_edges
+from graphfuse.samplers.subgraph import Subgraph, _check_square, check_node_ids, induced_edges
 
 
 def check_generator(generator: torch.Generator | None, device: torch.device, name: str) -> None:
@@ -66,7 +66,14 @@ def random_walk(graph: Graph, start: Tensor, walk_length: int, generator: torch.
     Shapes:
         start: (B,) int64 → (B, walk_length + 1) int64.
     """
+    _check_square(graph, "random_walk")
     check_generator(generator, graph.device, "random_walk")
+    _check_positive("random_walk", "walk_length", walk_length, minimum=0)
+    return _walk(graph, check_node_ids("random_walk", "start", start, graph), walk_length, generator)
+
+
+def _walk(graph: Graph, start: Tensor, walk_length: int, generator: torch.Generator | None) -> Tensor:
+    """:func:`random_walk` on checked arguments (``start`` int64 ids on the graph's device)."""
     colptr, targets, _, _ = graph.csc
     degree = graph.out_degree
     path = [start]
@@ -194,7 +201,7 @@ class SaintRandomWalkSampler(_SaintSampler):
         check_generator(generator, graph.device, "SaintRandomWalkSampler")
         start = torch.randint(0, graph.num_nodes, (num_samples * self.roots,), device=graph.device,
                               generator=generator)
-        return random_walk(graph, start, self.walk_length, generator).view(num_samples, -1)
+        return _walk(graph, start, self.walk_length, generator).view(num_samples, -1)
 
 
 SAINT_SAMPLERS: dict[str, type[_SaintSampler]] = {

@@ -48,6 +48,7 @@ import torch
 from torch import Tensor
 
 from graphfuse.data.paths import check_outside_mirror
+from graphfuse.data.seeds import check_seed
 from graphfuse.graph import Graph
 from graphfuse.samplers.fingerprint import graph_fingerprint, tensor_fingerprint
 from graphfuse.samplers.subgraph import Subgraph, _check_square, induced_edges, owned_adjacency
@@ -103,6 +104,8 @@ def training_subgraph(graph: Graph, train_mask: Tensor) -> TrainingSubgraph:
         train_mask: (N,) bool → train_graph with |V_train| nodes.
     """
     _check_square(graph, "training_subgraph")
+    if not isinstance(train_mask, Tensor):
+        raise TypeError(f"training_subgraph: train_mask must be a torch.Tensor; got {type(train_mask).__name__}")
     if train_mask.dtype != torch.bool or train_mask.shape != (graph.num_nodes,):
         raise ValueError(f"training_subgraph: train_mask must be a ({graph.num_nodes},) bool tensor; got "
                          f"{tuple(train_mask.shape)} {train_mask.dtype}")
@@ -136,6 +139,11 @@ def _count_edges_by_bitmask(graph: Graph, nodes: Tensor, group: Tensor, edge_cou
     for begin in range(0, graph.num_edges, _EDGE_BLOCK):
         block = slice(begin, begin + _EDGE_BLOCK)
         edge_count[block] += popcount(bits[src[block]] & bits[dst[block]])
+
+
+def _check_coverage(name: str, sample_coverage: object) -> None:
+    if not (_is_finite_number(sample_coverage) and sample_coverage > 0):
+        raise ValueError(f"{name}: sample_coverage must be a finite number > 0; got {sample_coverage!r}")
 
 
 def _is_finite_number(value: object) -> bool:
@@ -176,8 +184,9 @@ def count_saint_samples(
     Shapes:
         node_count: (N,) int64; edge_count: (E,) int64.
     """
-    if not (_is_finite_number(sample_coverage) and sample_coverage > 0):
-        raise ValueError(f"count_saint_samples: sample_coverage must be a finite number > 0; got {sample_coverage!r}")
+    _check_coverage("count_saint_samples", sample_coverage)
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
+        raise ValueError(f"count_saint_samples: chunk_size must be None or an int ≥ 1; got {chunk_size!r}")
     if method not in ("auto", "candidates", "bitmask"):
         raise ValueError(f"count_saint_samples: method must be 'auto', 'candidates' or 'bitmask'; got {method!r}")
     n, device = graph.num_nodes, graph.device
@@ -187,7 +196,7 @@ def count_saint_samples(
     total = num_samples = 0
     owned = owned_adjacency(graph).ptr
     use_bitmask = method == "bitmask"
-    chunk = chunk_size or 1
+    chunk = chunk_size or 1  # None: one subgraph first, then adaptive
     while total < target:
         raw = sampler.draw(graph, chunk, generator)
         sample = torch.arange(chunk, device=device).view(-1, 1).expand_as(raw)
@@ -234,6 +243,12 @@ def saint_norm_from_counts(
     """
     if norm not in NORMS:
         raise ValueError(f"saint_norm_from_counts: norm must be one of {list(NORMS)}; got {norm!r}")
+    for name, counts, size, unit in (("node_count", node_count, graph.num_nodes, "node"),
+                                     ("edge_count", edge_count, graph.num_edges, "edge")):
+        if not isinstance(counts, Tensor) or counts.shape != (size,):
+            got = tuple(counts.shape) if isinstance(counts, Tensor) else type(counts).__name__
+            raise ValueError(f"saint_norm_from_counts: {name} must be a ({size},) tensor, one count per {unit}; "
+                             f"got {got}")
     src, dst = graph.edge_index
     counts = node_count.double()
     endpoint = src if norm == "pyg" else dst
@@ -305,6 +320,8 @@ def compute_saint_norm(
         >>> loss = (sn.node_norm[batch.n_id] * per_node_loss)[batch.train_mask].sum()
     """
     _check_square(graph, "compute_saint_norm")
+    _check_coverage("compute_saint_norm", sample_coverage)
+    check_seed("compute_saint_norm", seed)
     if norm not in NORMS:
         raise ValueError(f"compute_saint_norm: norm must be one of {list(NORMS)}; got {norm!r}")
     if norm == "paper":

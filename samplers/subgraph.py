@@ -76,6 +76,21 @@ def _check_square(graph: Graph, name: str) -> None:
                          f"num_dst={graph.num_dst}")
 
 
+def check_node_ids(name: str, arg: str, nodes: object, graph: Graph) -> Tensor:
+    """``nodes`` as int64 after checking it is an int64/int32 tensor on ``graph``'s device holding node ids in
+    [0, N) (one host sync); raises TypeError/ValueError naming ``name`` and ``arg`` otherwise."""
+    if not isinstance(nodes, Tensor) or nodes.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"{name}: {arg} must be an int64 or int32 tensor of node ids; got "
+                        f"{getattr(nodes, 'dtype', type(nodes).__name__)}")  # float ids would be truncated
+    if nodes.device != graph.device:
+        raise ValueError(f"{name}: {arg} are on {nodes.device} but the graph is on {graph.device}")
+    if nodes.numel():
+        low, high = (int(v) for v in torch.aminmax(nodes))
+        if low < 0 or high >= graph.num_nodes:
+            raise ValueError(f"{name}: {arg} must be node ids in [0, {graph.num_nodes}); got values in [{low}, {high}]")
+    return nodes.long()
+
+
 def expand_ranges(start: Tensor, count: Tensor) -> tuple[Tensor, Tensor]:
     """Concatenate the integer ranges ``[start[k], start[k] + count[k])``.
 
@@ -188,14 +203,7 @@ def induced_subgraph(graph: Graph, nodes: Tensor) -> Subgraph:
         nodes: (k,) int64 global ids → :class:`Subgraph` with n ≤ k nodes.
     """
     _check_square(graph, "induced_subgraph")
-    if not isinstance(nodes, Tensor) or nodes.dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"induced_subgraph: nodes must be an int64 or int32 tensor of node ids; got "
-                        f"{getattr(nodes, 'dtype', type(nodes).__name__)}")  # float ids would be truncated
-    if nodes.device != graph.device:
-        raise ValueError(f"induced_subgraph: nodes are on {nodes.device} but the graph is on {graph.device}")
-    if nodes.numel() and (int(nodes.min()) < 0 or int(nodes.max()) >= graph.num_nodes):
-        raise ValueError(f"induced_subgraph: nodes must lie in [0, {graph.num_nodes}); got values in "
-                         f"[{int(nodes.min())}, {int(nodes.max())}]")
-    n_id = torch.unique(nodes.long())
+    nodes = check_node_ids("induced_subgraph", "nodes", nodes, graph)
+    n_id = torch.unique(nodes)
     src, dst, e_id = induced_edges(graph, n_id)
     return Subgraph(n_id=n_id, edge_index=torch.stack([src, dst]), e_id=e_id)

@@ -282,6 +282,21 @@ def test_argument_checks():
         NeighborSampler([3])(make_graph_case("bipartite"), torch.tensor([0]))
 
 
+def test_sample_neighbors_names_bad_arguments():
+    # -5 took every in-edge like -1, 1.5 failed inside torch.rand, an out-of-range node with an IndexError
+    graph = diamond()
+    for k in (-5, 1.5, True):
+        with pytest.raises(ValueError, match=r"sample_neighbors: num_neighbors must be an int ≥ -1"):
+            sample_neighbors(graph, torch.tensor([0]), k)
+    n = graph.num_nodes
+    for bad in ([n], [-1, 0]):
+        with pytest.raises(ValueError, match=rf"sample_neighbors: nodes must be node ids in \[0, {n}\)"):
+            sample_neighbors(graph, torch.tensor(bad), 2)
+    with pytest.raises(TypeError, match="sample_neighbors: nodes must be an int64 or int32 tensor"):
+        sample_neighbors(graph, torch.tensor([0.5]), 2)
+    assert sample_neighbors(graph, torch.tensor([0], dtype=torch.int32), -1).owner.numel() == graph.in_degree[0]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("k", [1, 2, 15, 40])
 def test_floyd_kernel_equals_the_pytorch_loop(k):

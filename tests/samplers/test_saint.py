@@ -116,6 +116,20 @@ def test_registry_and_parameter_checks():
         SaintEdgeSampler(budget=1)(make_graph_case("bipartite"))
 
 
+def test_random_walk_names_bad_arguments():
+    # a negative walk_length returned the starts alone, an out-of-range start failed with an IndexError
+    graph = make_graph_case("unsorted")
+    for length in (-1, 1.5):
+        with pytest.raises(ValueError, match="random_walk: walk_length must be an int ≥ 0"):
+            random_walk(graph, torch.tensor([0]), length)
+    with pytest.raises(ValueError, match=rf"random_walk: start must be node ids in \[0, {graph.num_nodes}\)"):
+        random_walk(graph, torch.tensor([graph.num_nodes]), 2)
+    with pytest.raises(TypeError, match="random_walk: start must be an int64 or int32 tensor"):
+        random_walk(graph, torch.tensor([0.0]), 2)
+    with pytest.raises(ValueError, match="square"):
+        random_walk(make_graph_case("bipartite"), torch.tensor([0]), 1)
+
+
 @pytest.mark.gpu
 def test_generator_on_another_device_is_refused():
     graph = make_graph_case("unsorted")

@@ -288,6 +288,32 @@ def test_argument_checks():
         training_subgraph(graph, torch.ones(3, dtype=torch.bool))
 
 
+def test_bad_arguments_are_named_before_any_work(tmp_path):
+    # With a cache_dir, None or 'x' coverages failed in float() (TypeError / a ValueError naming nothing); a None
+    # seed failed in manual_seed; chunk_size=0 ran as 1; lists failed with AttributeErrors; wrong count shapes
+    # with IndexErrors.
+    graph = triangle_with_tail()
+    sampler = SaintRandomWalkSampler(roots=2, walk_length=1)
+    for coverage in (None, "x", 0, float("nan")):
+        with pytest.raises(ValueError, match="compute_saint_norm: sample_coverage must be a finite number > 0"):
+            compute_saint_norm(graph, sampler, sample_coverage=coverage, cache_dir=tmp_path)
+    for seed in (None, 1.5, True, 2**64):
+        with pytest.raises(ValueError, match=r"compute_saint_norm: seed must be an int in \[-2\*\*63, 2\*\*64\)"):
+            compute_saint_norm(graph, sampler, sample_coverage=1, seed=seed, cache_dir=tmp_path)
+    assert not any(tmp_path.iterdir())
+    for chunk_size in (0, -1, 2.0):
+        with pytest.raises(ValueError, match="count_saint_samples: chunk_size must be None or an int ≥ 1"):
+            count_saint_samples(graph, sampler, 1, chunk_size=chunk_size)
+    with pytest.raises(TypeError, match="training_subgraph: train_mask must be a torch.Tensor; got list"):
+        training_subgraph(graph, [True] * 5)
+    with pytest.raises(TypeError, match="train_mask must be a torch.Tensor; got list"):
+        graphfuse.samplers.SaintLoader(graph, sampler, norm="paper", train_mask=[True] * 5)
+    counts = (torch.zeros(5, dtype=torch.long), torch.zeros(8, dtype=torch.long))
+    for node_count, edge_count, name in ((counts[0][:4], counts[1], "node_count"), (counts[0], [0] * 8, "edge_count")):
+        with pytest.raises(ValueError, match=rf"saint_norm_from_counts: {name} must be a"):
+            saint_norm_from_counts(graph, node_count, edge_count, 1)
+
+
 def test_popcount_matches_python():
     from graphfuse.samplers.saint_norm import popcount
 

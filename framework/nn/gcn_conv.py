@@ -66,10 +66,10 @@ class GCNConv(nn.Module):
     def normalized(self, graph: Graph, dtype: torch.dtype | None = None) -> Graph:
         """``graph`` with GCN edge weights ``deg^-1/2[src] · w · deg^-1/2[dst]``, cached on ``graph`` (rebuilt per
         call when the edge weights are learned). ``dtype``: of the weights of an unweighted graph (the features'
-        dtype; None: torch's default), so that a float64 model is normalised in float64. Only a more precise dtype
-        is used: degrees counted in float16/bfloat16 would stop at 2048/256."""
-        if (graph.edge_weight is None and dtype is not None
-                and torch.finfo(dtype).bits > torch.finfo(torch.get_default_dtype()).bits):
+        dtype; None: torch's default), so that a float64 model is normalised in float64 whatever torch's default
+        dtype was when the normalisation was first cached. Only a dtype more precise than float32 is used:
+        degrees counted in float16/bfloat16 would stop at 2048/256."""
+        if graph.edge_weight is None and dtype is not None and torch.finfo(dtype).bits > 32:
             graph = graph.cached(("unit_weights", dtype), lambda: Graph(
                 graph.edge_index, num_src=graph.num_src, num_dst=graph.num_dst, validate=False,
                 edge_weight=torch.ones(graph.num_edges, dtype=dtype, device=graph.device)))

@@ -25,6 +25,7 @@ Shapes:
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import torch
@@ -196,7 +197,7 @@ def _check(op: str, graph: Any, alpha_src: Any, alpha_dst: Any, dropout: float) 
     if alpha_dst.size(1) != alpha_src.size(1) or alpha_dst.dtype != alpha_src.dtype:
         raise ValueError(f"{op}: alpha_src and alpha_dst must share H and dtype; got {tuple(alpha_src.shape)} "
                          f"{alpha_src.dtype} and {tuple(alpha_dst.shape)} {alpha_dst.dtype}")
-    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
+    if isinstance(dropout, bool) or not isinstance(dropout, numbers.Real) or not 0.0 <= dropout < 1.0:
         raise ValueError(f"{op}: dropout must lie in [0, 1); got {dropout!r}")
     return alpha_src.size(1)
 

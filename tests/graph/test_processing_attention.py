@@ -4,6 +4,7 @@ gradcheck, memory without (E, H, C) tensors)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -94,6 +95,20 @@ def test_attention_validation(change, error, match):
     args.update(change)
     with pytest.raises(error, match=match):
         gat_attention(args["graph"], args["a_src"], args["a_dst"], dropout=args["dropout"], backend=args["backend"])
+
+
+def test_numpy_dropout_rates_are_accepted():
+    """np.float32 is not a float subclass: a valid rate was refused with 'dropout must lie in [0, 1)'."""
+    g, h, a_src, a_dst = attention_inputs("isolated", 2, 3, torch.float32)
+    for rate in (np.float32(0.5), np.float64(0.5)):
+        torch.manual_seed(0)
+        got = gat_attention(g, a_src, a_dst, dropout=rate, training=True)
+        torch.manual_seed(0)
+        torch.testing.assert_close(got, gat_attention(g, a_src, a_dst, dropout=0.5, training=True), rtol=0, atol=0)
+        torch.manual_seed(0)
+        got = gat_aggregate(g, h, a_src, a_dst, dropout=rate, training=True)
+        torch.manual_seed(0)
+        torch.testing.assert_close(got, gat_aggregate(g, h, a_src, a_dst, dropout=0.5, training=True), rtol=0, atol=0)
 
 
 def test_aggregate_validation():

@@ -208,12 +208,12 @@ template <typename W> __device__ __forceinline__ W gp_inv_sqrt(W d) {
   return d > W(0) ? W(1) / sqrt(d) : W(0);
 }
 
-// Per-node factor of the normalisation: deg^-1/2 (GCN) or 1/deg (mean).
+// Per-node factor of the normalisation: deg^-1/2 (GCN) or 1/deg (mean); 0 where deg is 0 (GCN: <= 0).
 template <typename IDX, typename W, bool HAS_W, bool LOOPS, int NORM>
 __device__ __forceinline__ W gp_factor(const IDX* cnt_in, const double* deg, const IDX* loop_last, const W* w,
                                        i64 v, double fill) {
   const W d = gp_degree<IDX, W, HAS_W, LOOPS>(cnt_in, deg, loop_last, w, v, fill);
-  return NORM == GP_NORM_GCN ? gp_inv_sqrt(d) : W(1) / d;
+  return NORM == GP_NORM_GCN ? gp_inv_sqrt(d) : (d != W(0) ? W(1) / d : W(0));  // zero sums: 0, not inf
 }
 
 // CSR sort keys: (id << 32 | source) when IDX is int (PACK), else the id alone. CSC sort keys:

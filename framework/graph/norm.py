@@ -63,14 +63,15 @@ def gcn_norm(graph: Graph, *, add_self_loops: bool = True, improved: bool = Fals
 def mean_norm(graph: Graph) -> Graph:
     """Right (mean) normalisation D_in^-1 A: each edge weighs ``w / Σ w`` over its target's in-edges.
 
-    Used by GraphSAGE-mean and GraphSAINT aggregation; empty rows stay empty.
+    Used by GraphSAGE-mean and GraphSAINT aggregation; empty rows stay empty, and a target whose in-edge
+    weights sum to 0 (masked edges) gets 0 weights, as ``gcn_norm`` does for zero degrees.
     """
     dst = graph.edge_index[1]
     weight = graph.edge_weight
     if weight is None:
         weight = torch.ones(graph.num_edges, device=graph.device)
-    deg = torch.zeros(graph.num_dst, dtype=weight.dtype, device=graph.device).index_add_(0, dst, weight)
-    norm = weight / deg[dst]
+    deg = torch.zeros(graph.num_dst, dtype=weight.dtype, device=graph.device).index_add_(0, dst, weight)[dst]
+    norm = (weight / deg).masked_fill_(deg == 0, 0.0)
     return Graph(graph.edge_index, edge_weight=norm, num_src=graph.num_src, num_dst=graph.num_dst, validate=False)
 
 

@@ -47,6 +47,14 @@ def test_process_graph_composes_the_reference(weighted):
     assert processing.process_graph(g) is g
 
 
+def test_mean_norm_of_in_weights_summing_to_zero_is_zero():
+    """w / Σw gave NaN (0/0) or ±inf (x/0) on a target whose in-edge weights sum to 0 (a masked edge)."""
+    g = Graph(torch.tensor([[0, 1, 2, 0, 1], [1, 2, 2, 0, 0]]), num_nodes=3,
+              edge_weight=torch.tensor([0.0, 1.0, 1.0, 1.0, -1.0]))
+    assert norm.mean_norm(g).edge_weight.tolist() == [0.0, 0.5, 0.5, 0.0, 0.0]
+    assert graphfuse.mean_norm(g).edge_weight.tolist() == [0.0, 0.5, 0.5, 0.0, 0.0]
+
+
 def test_bipartite_conversion_and_mean():
     g = processing_graph("bipartite", True)
     assert_same_graph(graphfuse.mean_norm(g), norm.mean_norm(g))

@@ -84,6 +84,16 @@ def test_mean_norm_and_formats_match_reference(name, weighted):
     assert torch.equal(gc.csr.rowptr.cpu(), rowptr) and torch.equal(gc.csr.perm.cpu(), perm)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_mean_norm_of_in_weights_summing_to_zero_is_zero(dtype):
+    """The fused stage's 1/deg was inf where a target's in-edge weights sum to 0 (w · inf: NaN or ±inf)."""
+    g = Graph(torch.tensor([[0, 1, 2, 0, 1], [1, 2, 2, 0, 0]]), num_nodes=3,
+              edge_weight=torch.tensor([0.0, 1.0, 1.0, 1.0, -1.0], dtype=dtype))
+    got = processing.mean_norm(g.to("cuda"), backend="fused")
+    check(got, norm.mean_norm(as_float64(g)), dtype)
+    assert got.edge_weight.tolist() == [0.0, 0.5, 0.5, 0.0, 0.0]
+
+
 @pytest.mark.parametrize("name", ["isolated", "duplicates_loops", "giant_hub"])
 @pytest.mark.parametrize("weighted", [False, True])
 def test_self_loops_then_mean(name, weighted):

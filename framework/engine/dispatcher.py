@@ -92,9 +92,16 @@ def registered_backends() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def _check_name(op: str, name: object, arg: str = "backend") -> None:
+    """Raise a TypeError naming ``arg`` unless ``name`` is a str (an unhashable one failed in a dict lookup)."""
+    if not isinstance(name, str):
+        raise TypeError(f"{op}: {arg} must be a backend name (str); got {type(name).__name__}")
+
+
 def set_default_backend(name: str) -> None:
     """Backend used when a call passes ``backend=None`` (``"auto"`` unless changed)."""
     global _default_backend
+    _check_name("set_default_backend", name, "name")
     if name != "auto" and name not in _REGISTRY:
         raise ValueError(f"set_default_backend: unknown backend {name!r}; valid: {['auto', *registered_backends()]}")
     _default_backend = name
@@ -130,6 +137,7 @@ def resolve(
 def _choose(op: str, device: torch.device, backend: str | None, deterministic: bool | None, **call: Any) -> Backend:
     """The backend that runs ``op`` (see :func:`resolve`)."""
     name = _default_backend if backend is None else backend
+    _check_name(op, name)
     if deterministic is None:
         deterministic = torch.are_deterministic_algorithms_enabled()
     if name == "auto":
@@ -184,6 +192,8 @@ def resolve_cached(cache: dict, signature: tuple, op: str, device: torch.device,
     implementation with this signature's lookups done), else ``ops[op]``. On a small graph the walk over the
     candidates costs more host time than the kernel; the memo turns it into one dictionary lookup. The call's
     arguments are named parameters, not ``**call``: a hit then builds no keyword dict (~0.25 µs)."""
+    if backend is not None and backend.__class__ is not str:  # before the key is hashed
+        _check_name(op, backend)
     torch_flag = torch.are_deterministic_algorithms_enabled()
     if deterministic is None:
         deterministic = torch_flag

@@ -107,6 +107,15 @@ def test_edge_softmax_normalises_per_target_and_is_stable():
         (lambda g: graphfuse.sddmm(g, torch.randn(50, 4), torch.randn(50, 3)), ValueError, "trailing shape"),
         (lambda g: graphfuse.sddmm(g, torch.randn(50, 4), torch.randn(50, 4).double()), TypeError, "share a dtype"),
         (lambda g: graphfuse.edge_softmax(g, torch.randn(299)), ValueError, r"scores must have shape \(E=300,\)"),
+        # an unhashable backend failed in the memo's dict lookup ("unhashable type: 'list'")
+        (lambda g: graphfuse.aggregate(g, torch.randn(50, 4), backend=["reference"]), TypeError,
+         r"aggregate: backend must be a backend name \(str\); got list"),
+        (lambda g: graphfuse.edge_softmax(g, torch.randn(300), backend=["reference"]), TypeError,
+         r"edge_softmax: backend must be a backend name \(str\); got list"),
+        (lambda g: graphfuse.sddmm(g, torch.randn(50, 4), torch.randn(50, 4), backend=1), TypeError,
+         r"sddmm: backend must be a backend name \(str\); got int"),
+        (lambda g: graphfuse.set_default_backend(["reference"]), TypeError,
+         r"set_default_backend: name must be a backend name \(str\); got list"),
     ],
 )
 def test_validation_errors(call, error, pattern):

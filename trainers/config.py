@@ -394,6 +394,12 @@ def load_config(overrides: Iterable[str] = ()) -> DictConfig:
     except OmegaConfBaseException as error:
         raise ConfigError(f"cannot parse overrides {dotlist}: {_first_line(error)}.") from None
     cfg = _merge(cfg, cli, "the command line")
+    try:  # ${...} interpolations, resolved once here: a bad one is a bad config, not a traceback later
+        OmegaConf.resolve(cfg)
+    except OmegaConfBaseException as error:
+        key = getattr(error, "full_key", None)
+        where = f" of '{key}'" if key else ""
+        raise ConfigError(f"cannot resolve the interpolation{where}: {_first_line(error)}.") from None
     _validate(cfg)
     OmegaConf.set_struct(cfg, True)
     return cfg

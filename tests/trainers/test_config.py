@@ -98,11 +98,20 @@ def test_unknown_top_level_key_lists_the_sections():
         (["trainer.max_epochs=2", "trainer.check_val_every_n_epoch=10"], "no epoch would be validated"),
         (["trainer.precision=64"], "trainer.precision"),
         (["trainer.precision=bf16-true"], "bf16-mixed"),
+        # bad ${...} interpolations were omegaconf tracebacks (exit status 1) when first read
+        (["output_dir=${nonexistent}"], "interpolation of 'output_dir': Interpolation key 'nonexistent' not found"),
+        (["model.hidden=${data.name}"], "interpolation of 'model.hidden'"),
+        (["data.root=${oc.env:GRAPHFUSE_NO_SUCH_VARIABLE}"], "interpolation of 'data.root'"),
     ],
 )
 def test_bad_configs_raise_config_error(overrides, fragment):
     with pytest.raises(ConfigError, match=fragment):
         load_config(overrides)
+
+
+def test_good_interpolations_are_resolved():
+    cfg = load_config(["seed=${trainer.max_epochs}", "output_dir=runs/${model.name}"])
+    assert cfg.seed == 200 and cfg.output_dir == "runs/gcn"
 
 
 def test_config_is_strict_after_composition():

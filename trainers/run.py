@@ -31,6 +31,7 @@ from lightning.pytorch.loggers import CSVLogger, Logger
 from omegaconf import DictConfig, OmegaConf
 
 import graphfuse
+from graphfuse.data.paths import check_outside_mirror
 from graphfuse.trainers.build import build_datamodule, build_dataset, build_model, check_backend
 from graphfuse.trainers.config import ConfigError, resolved_output_dir
 from graphfuse.trainers.module import STAGES, NodeClassifier
@@ -83,6 +84,43 @@ class _EarlyStopping(EarlyStopping):
         self.stopping_reason, self.stopping_reason_message = reason, message
 
 
+class _RunCheckpoint(ModelCheckpoint):
+    """Lightning's ModelCheckpoint, except that a resumed run finds its checkpoints where they are now.
+
+    - A run directory that was moved or copied keeps its best score (Lightning keeps only the best path, the
+      old folder's, when ``dirpath`` changed, and the next epoch then counted as a new best): the saved
+      paths are taken to this ``dirpath``.
+    - A run stopped after Lightning wrote a new best checkpoint and deleted the one before, but before
+      ``last.ckpt``, leaves last.ckpt recording a best file that is gone: the best file that is there is taken,
+      with its own score.
+
+    Its state key is ModelCheckpoint's, so checkpoints written by either resume into the other."""
+
+    @property
+    def state_key(self) -> str:
+        return "ModelCheckpoint" + super().state_key.removeprefix(type(self).__qualname__)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        state = dict(state_dict)
+        if self.dirpath and state.get("dirpath") not in (None, self.dirpath):
+            def here(path: str) -> str:
+                return str(Path(self.dirpath) / Path(path).name) if path else path
+
+            state.update(dirpath=self.dirpath, best_model_path=here(state.get("best_model_path", "")),
+                         kth_best_model_path=here(state.get("kth_best_model_path", "")),
+                         last_model_path=here(state.get("last_model_path", "")),
+                         best_k_models={here(k): v for k, v in state.get("best_k_models", {}).items()})
+        super().load_state_dict(state)
+        written = sorted(Path(self.dirpath).glob("best-*.ckpt")) if self.monitor and self.dirpath else []
+        if written and self.best_model_path and not Path(self.best_model_path).is_file():
+            path = str(written[-1])  # the only one left (see _remove_unrecorded_best)
+            score = torch.load(path, map_location="cpu", weights_only=False, mmap=True)["callbacks"][
+                self.state_key]["best_model_score"]
+            self.best_model_path = self.kth_best_model_path = path
+            self.best_model_score = self.kth_value = score
+            self.best_k_models = {path: score}
+
+
 def _loggers(cfg: DictConfig, out: Path, resolved: dict[str, Any]) -> list[Logger]:
     global _warned_no_wandb
     loggers: list[Logger] = [CSVLogger(save_dir=str(out), name="logs")]
@@ -116,13 +154,21 @@ def _loggers(cfg: DictConfig, out: Path, resolved: dict[str, Any]) -> list[Logge
     return loggers
 
 
+def _recorded_best(saved: dict[str, Any]) -> set[str]:
+    """Names of the checkpoint files ``saved`` (last.ckpt) records as best."""
+    return {Path(state["best_model_path"]).name for state in saved.get("callbacks", {}).values()
+            if isinstance(state, dict) and state.get("best_model_path")}
+
+
 def _remove_unrecorded_best(ckpt_dir: Path, saved: dict[str, Any]) -> None:
     """Delete the best-*.ckpt files that ``saved`` (last.ckpt) does not record as a best checkpoint: a run stopped
-    after writing a new best but before last.ckpt leaves one, which the resumed run would keep beside its own."""
-    recorded = {Path(state["best_model_path"]).name for state in saved.get("callbacks", {}).values()
-                if isinstance(state, dict) and state.get("best_model_path")}
-    for path in ckpt_dir.glob("best-*.ckpt"):
-        if path.name not in recorded:
+    after writing a new best but before last.ckpt leaves one, which the resumed run would keep beside its own.
+    When Lightning had already deleted the recorded one, the newest is kept: :class:`_RunCheckpoint` takes it."""
+    recorded = _recorded_best(saved)
+    written = sorted(ckpt_dir.glob("best-*.ckpt"))
+    keep = {p.name for p in written} & recorded or {p.name for p in written[-1:]}
+    for path in written:
+        if path.name not in keep:
             log.warning("removing %s: the run being resumed stopped after writing it, before last.ckpt", path)
             path.unlink()
 
@@ -132,48 +178,71 @@ def _cli_value(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
 
 
-def _prepare_checkpoints(cfg: DictConfig, ckpt_dir: Path, resolved: dict[str, Any]) -> Path | None:
-    """The checkpoint to resume from (``trainer.resume``), or None after clearing old checkpoints."""
+def _resume_state(cfg: DictConfig, ckpt_dir: Path, resolved: dict[str, Any]) -> dict[str, Any] | None:
+    """The content of the checkpoint to resume from (``trainer.resume``), checked; None for a fresh run.
+    Touches nothing: a refused resume leaves the run directory as it was."""
+    if not cfg.trainer.resume:
+        return None
     last = ckpt_dir / "last.ckpt"
-    if cfg.trainer.resume:
-        if not last.is_file():
+    if not last.is_file():
+        raise ConfigError(
+            f"trainer.resume=true but there is no checkpoint to resume from at {last}; run once without "
+            f"trainer.resume (or point output_dir= at the run to continue)."
+        )
+    # mmap: only the epoch and hyper-parameters are read here; fit loads the whole checkpoint itself
+    try:
+        saved = torch.load(last, map_location="cpu", weights_only=False, mmap=True)
+    except (RuntimeError, OSError) as error:  # cut short, empty, not a checkpoint, unreadable
+        raise ConfigError(
+            f"trainer.resume=true: cannot read {last} ({str(error).splitlines()[0]}); the file is damaged or "
+            "not a checkpoint: start a fresh run (without trainer.resume), or put a readable last.ckpt there."
+        ) from None
+    before = saved.get("hyper_parameters", {}).get("config") or {}
+    for section in ("data", "model"):  # what the weights were trained for; optim, trainer, sampler may change
+        old, new = before.get(section, {}), resolved[section]
+        changed = sorted(k for k in {*old, *new} if (section, k) not in RESUME_FREE and old.get(k) != new.get(k))
+        if old and changed:
+            values = ", ".join(f"{section}.{k}={_cli_value(old.get(k))} (this run: {_cli_value(new.get(k))})"
+                               for k in changed)
             raise ConfigError(
-                f"trainer.resume=true but there is no checkpoint to resume from at {last}; run once without "
-                f"trainer.resume (or point output_dir= at the run to continue)."
+                f"trainer.resume=true: {', '.join(f'{section}.{k}' for k in changed)} differ from the run being "
+                f"resumed ({last}): that run has {values}; resume with that run's {section} settings, or start "
+                "a fresh run."
             )
-        # mmap: only the epoch and hyper-parameters are read here; fit loads the whole checkpoint itself
-        try:
-            saved = torch.load(last, map_location="cpu", weights_only=False, mmap=True)
-        except (RuntimeError, OSError) as error:  # cut short, empty, not a checkpoint, unreadable
-            raise ConfigError(
-                f"trainer.resume=true: cannot read {last} ({str(error).splitlines()[0]}); the file is damaged or "
-                "not a checkpoint: start a fresh run (without trainer.resume), or put a readable last.ckpt there."
-            ) from None
-        before = saved.get("hyper_parameters", {}).get("config") or {}
-        for section in ("data", "model"):  # what the weights were trained for; optim, trainer, sampler may change
-            old, new = before.get(section, {}), resolved[section]
-            changed = sorted(k for k in {*old, *new} if (section, k) not in RESUME_FREE and old.get(k) != new.get(k))
-            if old and changed:
-                values = ", ".join(f"{section}.{k}={_cli_value(old.get(k))} (this run: {_cli_value(new.get(k))})"
-                                   for k in changed)
-                raise ConfigError(
-                    f"trainer.resume=true: {', '.join(f'{section}.{k}' for k in changed)} differ from the run being "
-                    f"resumed ({last}): that run has {values}; resume with that run's {section} settings, or start "
-                    "a fresh run."
-                )
-        done = saved["epoch"] + 1  # last.ckpt is written at the end of an epoch, counted from 0
-        if done > cfg.trainer.max_epochs:  # Lightning lets done = max_epochs + 1 through and trains nothing
-            raise ConfigError(
-                f"trainer.resume=true: {last} was saved after {done} epochs, more than trainer.max_epochs="
-                f"{cfg.trainer.max_epochs}; raise trainer.max_epochs to continue that run."
-            )
+    done = saved["epoch"] + 1  # last.ckpt is written at the end of an epoch, counted from 0
+    if done > cfg.trainer.max_epochs:  # Lightning lets done = max_epochs + 1 through and trains nothing
+        raise ConfigError(
+            f"trainer.resume=true: {last} was saved after {done} epochs, more than trainer.max_epochs="
+            f"{cfg.trainer.max_epochs}; raise trainer.max_epochs to continue that run."
+        )
+    recorded = sorted(_recorded_best(saved) - {last.name})
+    if recorded and not any(ckpt_dir.glob("best-*.ckpt")):
+        raise ConfigError(
+            f"trainer.resume=true: the best checkpoint {last} records ({', '.join(recorded)}) is not in {ckpt_dir}, "
+            "nor any other best-*.ckpt, so the run's best weights are lost and it cannot be tested as it would "
+            "have been; start a fresh run (without trainer.resume)."
+        )
+    return saved
+
+
+def _clear_checkpoints(ckpt_dir: Path, saved: dict[str, Any] | None) -> None:
+    """A fresh run (``saved`` None) removes an earlier run's checkpoints; a resumed one the best checkpoint its
+    last.ckpt does not record (see :func:`_remove_unrecorded_best`)."""
+    if saved is not None:
         _remove_unrecorded_best(ckpt_dir, saved)
-        return last
-    if ckpt_dir.is_dir() and any(ckpt_dir.iterdir()):
+    elif ckpt_dir.is_dir() and any(ckpt_dir.iterdir()):
         log.warning("%s holds checkpoints of an earlier run; removing them and starting fresh "
                     "(trainer.resume=true continues that run instead)", ckpt_dir)
         shutil.rmtree(ckpt_dir)
-    return None
+
+
+def _seed_early_stopping(stopper: EarlyStopping, checkpoint: ModelCheckpoint, saved: dict[str, Any]) -> None:
+    """Early stopping added to a run resumed from a checkpoint without its state starts from the run's best
+    score (Lightning would start from -inf: any resumed epoch would be an improvement)."""
+    callbacks = saved.get("callbacks", {})
+    score = callbacks.get(checkpoint.state_key, {}).get("best_model_score")
+    if stopper.state_key not in callbacks and score is not None:
+        stopper.best_score = torch.as_tensor(score).detach().clone().cpu()
 
 
 def device_name(device: torch.device) -> str:
@@ -233,6 +302,10 @@ def train(cfg: DictConfig, *, verbose: bool = True) -> dict[str, Any]:
     """
     start = time.perf_counter()
     out = resolved_output_dir(cfg).resolve()
+    try:  # the mirror of raw dataset files is only read
+        check_outside_mirror(out, "output_dir", "point output_dir= at a folder outside it")
+    except ValueError as error:
+        raise ConfigError(f"{error}.") from None
     ckpt_dir = out / "checkpoints"
     resolved = OmegaConf.to_container(cfg, resolve=True)
     resolved["output_dir"] = str(out)
@@ -240,10 +313,10 @@ def train(cfg: DictConfig, *, verbose: bool = True) -> dict[str, Any]:
     # best-*.ckpt: the best val/acc (trainer.test's ckpt_path="best" reads the first ModelCheckpoint);
     # last.ckpt: every epoch, what resume reads (save_last=True on the first one would write it only when the
     # best improves)
-    checkpoint = ModelCheckpoint(dirpath=str(ckpt_dir), filename="best-{epoch:03d}", monitor=MONITOR, mode="max",
-                                 save_top_k=1, auto_insert_metric_name=True)
-    last = ModelCheckpoint(dirpath=str(ckpt_dir), filename="last", save_top_k=1, save_on_train_epoch_end=True,
-                           enable_version_counter=False)
+    checkpoint = _RunCheckpoint(dirpath=str(ckpt_dir), filename="best-{epoch:03d}", monitor=MONITOR, mode="max",
+                                save_top_k=1, auto_insert_metric_name=True)
+    last = _RunCheckpoint(dirpath=str(ckpt_dir), filename="last", save_top_k=1, save_on_train_epoch_end=True,
+                          enable_version_counter=False)
     callbacks: list[Callback] = [checkpoint, last]
     stopper = _EarlyStopping(monitor=MONITOR, mode="max", patience=cfg.trainer.patience or 1)
     if cfg.trainer.patience:
@@ -312,20 +385,25 @@ def _fit_and_test(cfg: DictConfig, trainer: pl.Trainer, checkpoint: ModelCheckpo
     module = NodeClassifier(model, dataset.num_classes, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay,
                             ogb_name=dataset.ogb_name, config=resolved)
     datamodule = build_datamodule(cfg, dataset)
+    saved = _resume_state(cfg, out / "checkpoints", resolved)
+    resume_from = out / "checkpoints" / "last.ckpt" if saved is not None else None
     try:
-        resume_from = _prepare_checkpoints(cfg, out / "checkpoints", resolved)
         out.mkdir(parents=True, exist_ok=True)
+        run_ids = [_start_wandb(cfg, logger) for logger in _wandb_loggers(trainer)]  # before anything is cleared
+        _clear_checkpoints(out / "checkpoints", saved)
         (out / "config.yaml").write_text(OmegaConf.to_yaml(resolved))
         (out / "metrics.json").unlink(missing_ok=True)
-        if not cfg.trainer.resume:  # a fresh run: an earlier run's wandb id must not be resumed later
+        if saved is None:  # a fresh run: an earlier run's wandb id must not be resumed later
             (out / WANDB_ID).unlink(missing_ok=True)
+        for run_id in run_ids:
+            (out / WANDB_ID).write_text(run_id + "\n")
     except OSError as error:  # output_dir names a file, a path under one, or a folder this user cannot write
         raise ConfigError(
             f"cannot use output_dir={out} as the run directory ({error.strerror or error}: {error.filename}); "
             "point output_dir= at a folder that can be created and written."
         ) from None
-    for logger in _wandb_loggers(trainer):
-        (out / WANDB_ID).write_text(_start_wandb(cfg, logger) + "\n")
+    if saved is not None and cfg.trainer.patience:
+        _seed_early_stopping(stopper, checkpoint, saved)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*does not have many workers.*")
         warnings.filterwarnings("ignore", message=".*is smaller than the logging interval.*")

@@ -244,3 +244,88 @@ def test_resume_with_fewer_max_epochs_than_the_run_trained_is_refused(tiny, tmp_
         train(load_config([*tiny, "trainer.max_epochs=2", "trainer.resume=true"]), verbose=False)
     again = train(load_config([*tiny, "trainer.max_epochs=3", "trainer.resume=true"]), verbose=False)
     assert again["epochs_run"] == 3 and again["epochs_this_run"] == 0  # nothing left to train: tests again
+
+
+def _snapshot(run) -> dict:
+    return {path.relative_to(run).as_posix(): path.read_bytes() for path in run.rglob("*")
+            if path.is_file() and "logs" not in path.parts}
+
+
+def test_a_wandb_run_that_cannot_start_leaves_the_earlier_run_untouched(tiny, tmp_path, monkeypatch):
+    # wandb started after the checkpoints were cleared and config.yaml rewritten: a failed online start wiped a
+    # finished run (fresh) or left metrics.json deleted and config.yaml overwritten (resume)
+    import types
+
+    from graphfuse.trainers import run as run_module
+    from graphfuse.trainers.config import ConfigError
+
+    run = tmp_path / "run"
+    train(load_config([*tiny, "trainer.max_epochs=2"]), verbose=False)
+    before = _snapshot(run)
+
+    def refuse(cfg, logger):
+        raise ConfigError("logger.wandb_mode=online: wandb could not start the run (no API key)")
+
+    monkeypatch.setitem(__import__("sys").modules, "wandb", types.SimpleNamespace(finish=lambda: None))
+    monkeypatch.setattr(run_module, "_wandb_loggers", lambda trainer: [object()])
+    monkeypatch.setattr(run_module, "_start_wandb", refuse)
+    for extra in (["trainer.max_epochs=2"], ["trainer.max_epochs=3", "trainer.resume=true"]):
+        with pytest.raises(ConfigError, match="wandb could not start"):
+            train(load_config([*tiny, *extra]), verbose=False)
+        assert _snapshot(run) == before
+
+
+def _stall(tiny) -> list[str]:
+    return [*tiny, "optim.lr=0", "optim.weight_decay=0"]  # a resumed run whose val/acc stays where it was
+
+
+def test_resume_after_the_recorded_best_was_replaced_tests_the_newer_best(tiny, tmp_path):
+    # A run stopped after Lightning wrote a new best and deleted the one last.ckpt records, before last.ckpt:
+    # the resume deleted the new best as unrecorded, leaving no best checkpoint, and the final test failed
+    # with FileNotFoundError. Simulated by renaming the recorded best.
+    from graphfuse.trainers.config import ConfigError
+
+    first = train(load_config([*tiny, "trainer.max_epochs=3"]), verbose=False)
+    ckpts = tmp_path / "run" / "checkpoints"
+    newer = ckpts / "best-epoch=009.ckpt"
+    Path(first["best_checkpoint"]).rename(newer)
+    resumed = train(load_config([*_stall(tiny), "trainer.max_epochs=4", "trainer.resume=true"]), verbose=False)
+    assert resumed["best_checkpoint"] == str(newer) and resumed["best_val_acc"] == first["best_val_acc"]
+    assert sorted(path.name for path in ckpts.glob("best-*.ckpt")) == [newer.name]
+    newer.unlink()  # no best checkpoint at all: refused before anything is touched
+    with pytest.raises(ConfigError, match="is not in .* nor any other best-\\*.ckpt"):
+        train(load_config([*tiny, "trainer.max_epochs=5", "trainer.resume=true"]), verbose=False)
+
+
+def test_resume_of_a_copied_run_directory_keeps_its_best_score(tiny_settings, tmp_path):
+    # Lightning drops the best score when the checkpoint's folder moved: the first resumed epoch became the
+    # new best (a worse one, or as here an equal one), and a second best checkpoint sat beside the copied one
+    import shutil
+
+    first = train(load_config([*tiny_settings, f"output_dir={tmp_path / 'a'}", "trainer.max_epochs=3"]),
+                  verbose=False)
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    resumed = train(load_config([*_stall(tiny_settings), f"output_dir={tmp_path / 'b'}", "trainer.max_epochs=4",
+                                 "trainer.resume=true"]), verbose=False)
+    assert resumed["best_epoch"] == first["best_epoch"] and resumed["best_val_acc"] == first["best_val_acc"]
+    assert [path.name for path in (tmp_path / "b" / "checkpoints").glob("best-*.ckpt")] == \
+        [Path(first["best_checkpoint"]).name]
+    assert Path(resumed["best_checkpoint"]).parent == tmp_path / "b" / "checkpoints"
+
+
+def test_early_stopping_added_on_resume_starts_from_the_runs_best(tiny, tmp_path):
+    # without early-stopping state in the checkpoint, Lightning's stopper started from -inf: the first resumed
+    # epoch counted as an improvement, so patience 1 stopped one epoch late
+    train(load_config([*tiny, "trainer.max_epochs=3"]), verbose=False)
+    resumed = train(load_config([*_stall(tiny), "trainer.max_epochs=50", "trainer.patience=1",
+                                 "trainer.resume=true"]), verbose=False)
+    assert resumed["stopped_early"] and resumed["epochs_this_run"] == 1
+
+
+def test_an_output_dir_inside_the_data_mirror_is_refused(tiny_settings, tmp_path, monkeypatch):
+    from graphfuse.trainers.config import ConfigError
+
+    monkeypatch.setenv("GRAPHFUSE_DATA_MIRROR", str(tmp_path / "mirror"))
+    with pytest.raises(ConfigError, match="output_dir=.* lies inside \\$GRAPHFUSE_DATA_MIRROR"):
+        train(load_config([*tiny_settings, f"output_dir={tmp_path / 'mirror' / 'run'}"]), verbose=False)
+    assert not (tmp_path / "mirror").exists()

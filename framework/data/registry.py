@@ -80,7 +80,8 @@ def load_dataset(
 
     Raises:
         ValueError: ``name`` is not registered, or ``root`` lies inside ``$GRAPHFUSE_DATA_MIRROR``.
-        TypeError: ``name`` is not a str, ``root`` not a path, or an option is not accepted by that dataset.
+        TypeError: ``name`` is not a str, ``root`` not a path, an option is not accepted by that dataset, or a
+            yes/no option (``normalize_features``, ``download``, ...) is not a bool.
         DatasetNotFoundError: the files are absent and cannot be downloaded.
 
     Shapes:
@@ -95,6 +96,10 @@ def load_dataset(
         listing = ", ".join(f"{k}={v!r}" for k, v in valid.items()) or "none"
         raise TypeError(f"load_dataset: unknown option(s) {', '.join(map(repr, unknown))} for dataset "
                         f"{name!r}; valid options: {listing}")
+    switches = {"normalize_features": normalize_features, **{k: v for k, v in options.items() if isinstance(valid[k], bool)}}
+    for key, value in switches.items():  # a string such as "no" would be truthy
+        if not isinstance(value, bool):
+            raise TypeError(f"load_dataset: {key} must be True or False for dataset {name!r}; got {value!r}")
     root = Path(root).expanduser() if root is not None else default_root()
     check_outside_mirror(root, "load_dataset: root", f"choose a root outside it (the root argument or data.root, "
                          f"else ${ROOT_ENV}, else ~/.cache/graphfuse/datasets)")

@@ -207,6 +207,19 @@ def _check(num_nodes: int, avg_degree: float, num_features: int, num_classes: in
             fail(arg, expected, value)
 
 
+def _device(device: object) -> torch.device:
+    """``device`` as a torch.device this machine has; a ValueError naming the option otherwise."""
+    try:
+        parsed = torch.device(device)
+    except (TypeError, RuntimeError):
+        raise ValueError(f"synthetic: device must be a torch device such as 'cpu' or 'cuda:0'; got {device!r}") from None
+    if parsed.type == "cuda" and not (torch.cuda.is_available()
+                                      and (parsed.index or 0) < torch.cuda.device_count()):
+        raise ValueError(f"synthetic: device={device!r}, but this machine has {torch.cuda.device_count()} visible "
+                         "CUDA device(s)")
+    return parsed
+
+
 @register_dataset("synthetic")
 def load_synthetic(
     name: str,
@@ -241,7 +254,7 @@ def load_synthetic(
         See the module docstring.
     """
     _check(num_nodes, avg_degree, num_features, num_classes, homophily, seed, rmat, feature_noise)
-    device = torch.device(device)
+    device = _device(device)
     g = torch.Generator(device=device).manual_seed(int(seed))  # the check takes any Integral (NumPy too); torch takes int only
     n = num_nodes
     y = (torch.arange(n, device=device) % num_classes)[torch.randperm(n, generator=g, device=device)]

@@ -194,3 +194,12 @@ def test_a_root_inside_the_mirror_is_refused(tmp_path, monkeypatch):
         load_dataset("synthetic", **options)
     assert load_dataset("synthetic", tmp_path / "mirror2", **options).num_nodes == 50
     assert sorted(p.name for p in mirror.rglob("*")) == ["planetoid"]
+
+
+@pytest.mark.parametrize("name, option", [("synthetic", "normalize_features"), ("cora", "download"),
+                                          ("facebook", "download"), ("cora", "normalize_features")])
+def test_yes_no_options_must_be_bools(tmp_path, name, option):
+    """"no" is a truthy string: download="no" went on to download, normalize_features="no" normalised."""
+    with pytest.raises(TypeError, match=f"load_dataset: {option} must be True or False for dataset '{name}'; got 'no'"):
+        load_dataset(name, tmp_path, **{option: "no"})
+    assert not any(tmp_path.iterdir())

@@ -157,3 +157,11 @@ def test_numpy_seed_builds_the_same_dataset():
     expected = load_dataset("synthetic", seed=3, **options)
     got = load_dataset("synthetic", seed=np.int64(3), **options)
     assert torch.equal(got.edge_index, expected.edge_index) and torch.equal(got.x, expected.x)
+
+
+@pytest.mark.parametrize("device, message", [("foo", "device must be a torch device"), (1.5, "device must be a torch"),
+                                             ("cuda:99", "visible CUDA device")])
+def test_a_bad_device_is_named(device, message):
+    """The device was used unchecked: 'foo' and a missing GPU failed inside torch with RuntimeErrors."""
+    with pytest.raises(ValueError, match=f"synthetic: .*{message}"):
+        load_dataset("synthetic", num_nodes=20, device=device)

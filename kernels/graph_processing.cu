@@ -208,12 +208,15 @@ template <typename W> __device__ __forceinline__ W gp_inv_sqrt(W d) {
   return d > W(0) ? W(1) / sqrt(d) : W(0);
 }
 
+// w / deg of the mean normalisation: 0 where the weights into the target sum to 0 (NaN or inf otherwise).
+template <typename W> __device__ __forceinline__ W gp_mean(W w, W d) { return d != W(0) ? w / d : W(0); }
+
 // Per-node factor of the normalisation: deg^-1/2 (GCN) or 1/deg (mean); 0 where deg is 0 (GCN: <= 0).
 template <typename IDX, typename W, bool HAS_W, bool LOOPS, int NORM>
 __device__ __forceinline__ W gp_factor(const IDX* cnt_in, const double* deg, const IDX* loop_last, const W* w,
                                        i64 v, double fill) {
   const W d = gp_degree<IDX, W, HAS_W, LOOPS>(cnt_in, deg, loop_last, w, v, fill);
-  return NORM == GP_NORM_GCN ? gp_inv_sqrt(d) : (d != W(0) ? W(1) / d : W(0));  // zero sums: 0, not inf
+  return NORM == GP_NORM_GCN ? gp_inv_sqrt(d) : gp_mean(W(1), d);
 }
 
 // CSR sort keys: (id << 32 | source) when IDX is int (PACK), else the id alone. CSC sort keys:
@@ -282,7 +285,7 @@ __global__ void __launch_bounds__(GP_BLOCK) gp_scatter(
         const W dis = gp_factor<IDX, W, HAS_W, LOOPS, NORM>(cnt_in, deg, loop_last, w, v, fill);
         values[id] = dis * lw * dis;
       } else if (NORM == GP_NORM_MEAN) {
-        values[id] = lw / gp_degree<IDX, W, HAS_W, LOOPS>(cnt_in, deg, loop_last, w, v, fill);
+        values[id] = gp_mean(lw, gp_degree<IDX, W, HAS_W, LOOPS>(cnt_in, deg, loop_last, w, v, fill));
       } else {
         values[id] = lw;
       }
@@ -332,7 +335,7 @@ __global__ void __launch_bounds__(GP_BLOCK) gp_scatter(
         const W dt = gp_factor<IDX, W, HAS_W, LOOPS, NORM>(cnt_in, deg, loop_last, w, t, fill);
         values[id] = ds * we * dt;
       } else if (NORM == GP_NORM_MEAN) {
-        values[id] = we / gp_degree<IDX, W, HAS_W, LOOPS>(cnt_in, deg, loop_last, w, t, fill);
+        values[id] = gp_mean(we, gp_degree<IDX, W, HAS_W, LOOPS>(cnt_in, deg, loop_last, w, t, fill));
       } else {
         values[id] = we;
       }

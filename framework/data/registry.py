@@ -96,7 +96,8 @@ def load_dataset(
         listing = ", ".join(f"{k}={v!r}" for k, v in valid.items()) or "none"
         raise TypeError(f"load_dataset: unknown option(s) {', '.join(map(repr, unknown))} for dataset "
                         f"{name!r}; valid options: {listing}")
-    switches = {"normalize_features": normalize_features, **{k: v for k, v in options.items() if isinstance(valid[k], bool)}}
+    switches = {"normalize_features": normalize_features,
+                **{key: value for key, value in options.items() if isinstance(valid[key], bool)}}
     for key, value in switches.items():  # a string such as "no" would be truthy
         if not isinstance(value, bool):
             raise TypeError(f"load_dataset: {key} must be True or False for dataset {name!r}; got {value!r}")

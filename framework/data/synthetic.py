@@ -212,7 +212,8 @@ def _device(device: object) -> torch.device:
     try:
         parsed = torch.device(device)
     except (TypeError, RuntimeError):
-        raise ValueError(f"synthetic: device must be a torch device such as 'cpu' or 'cuda:0'; got {device!r}") from None
+        raise ValueError(f"synthetic: device must be a torch device such as 'cpu' or 'cuda:0'; got "
+                         f"{device!r}") from None
     if parsed.type == "cuda" and not (torch.cuda.is_available()
                                       and (parsed.index or 0) < torch.cuda.device_count()):
         raise ValueError(f"synthetic: device={device!r}, but this machine has {torch.cuda.device_count()} visible "

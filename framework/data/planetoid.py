@@ -4,8 +4,8 @@ Read by ``torch_geometric.datasets.Planetoid(root / "planetoid", "Cora")``. When
 holds ``planetoid/Cora/raw/ind.cora.*``, those raw files are first copied into
 ``root/planetoid/Cora/raw`` so that Planetoid finds them and does not download; otherwise Planetoid downloads
 them, and a failed download raises :class:`DatasetNotFoundError`. Processed files in
-``root/planetoid/Cora/processed`` that cannot be read (a run stopped while Planetoid wrote them) are rebuilt
-from the raw files, with a warning.
+``root/planetoid/Cora/processed`` that cannot be read (a run stopped while Planetoid wrote them), or that PyG's
+Planetoid wrote with a ``pre_transform`` or ``pre_filter``, are rebuilt from the raw files, with a warning.
 
 Shapes:
     x: (2708, 1433) binary bag-of-words; y: (2708,) in [0, 7); edge_index: (2, 10556), both directions.
@@ -14,6 +14,7 @@ Shapes:
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
 
 from graphfuse.data.dataset import NodeDataset
@@ -64,7 +65,9 @@ def load_cora(name: str, root: Path, *, download: bool = True) -> NodeDataset:
     processed = root / "planetoid" / "Cora" / "processed"
     had_processed = processed.is_dir() and any(processed.iterdir())
     try:
-        data = planetoid(str(root / "planetoid"), "Cora")[0]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            data = planetoid(str(root / "planetoid"), "Cora")[0]
     except DatasetNotFoundError:
         raise
     except Exception as exc:  # Planetoid does not process again when its files exist, so they failed to read
@@ -72,6 +75,15 @@ def load_cora(name: str, root: Path, *, download: bool = True) -> NodeDataset:
             raise
         log.warning("cora: rebuilding the unreadable processed files in %s (%s)", processed, exc)
         data = planetoid(str(root / "planetoid"), "Cora", force_reload=True)[0]
+    else:
+        stale = [w for w in caught if "argument differs from the one used" in str(w.message)]  # PyG only warns
+        for warning in caught:  # the others, shown as they would have been
+            if warning not in stale:
+                warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+        if stale:
+            log.warning("cora: rebuilding the processed files in %s, which a pre_transform or pre_filter wrote",
+                        processed)
+            data = planetoid(str(root / "planetoid"), "Cora", force_reload=True)[0]
     return NodeDataset(
         name=name, x=data.x.float(), y=data.y.long(), edge_index=data.edge_index.long(),
         train_mask=data.train_mask, val_mask=data.val_mask, test_mask=data.test_mask, num_classes=7,

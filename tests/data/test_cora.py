@@ -77,3 +77,17 @@ def test_cora_rebuilds_damaged_processed_files(mirror, tmp_path, monkeypatch, ca
     caplog.clear()
     load_dataset("cora", tmp_path)
     assert "rebuilding" not in caplog.text
+
+
+def test_processed_files_of_another_pre_transform_are_rebuilt(mirror, tmp_path, caplog):
+    """PyG's Planetoid only warns when its processed files were written with another pre_transform: Cora came
+    back row-normalised (not the binary bag-of-words) after Planetoid(pre_transform=NormalizeFeatures()) had
+    processed the same root."""
+    from torch_geometric.transforms import NormalizeFeatures
+
+    plain = load_dataset("cora", tmp_path)
+    Planetoid(str(tmp_path / "planetoid"), "Cora", pre_transform=NormalizeFeatures(), force_reload=True)
+    with caplog.at_level("WARNING", logger="graphfuse.data.planetoid"):
+        again = load_dataset("cora", tmp_path)
+    assert "a pre_transform or pre_filter wrote" in caplog.text
+    assert torch.equal(again.x, plain.x) and set(again.x.unique().tolist()) == {0.0, 1.0}

@@ -169,6 +169,12 @@ def _heads(w: Tensor | None) -> int:
     return w.size(1) if (w is not None and w.dim() == 2) else 1
 
 
+def _one_head(w: Tensor | None) -> Tensor | None:
+    """(E, 1) weights (one head of a multi-head layer) as the (E,) view the kernels take for one head; the
+    gradient flows back through the view in the caller's shape."""
+    return w.view(-1) if w is not None and w.dim() == 2 and w.size(1) == 1 else w
+
+
 def _flatten(graph: Graph, x: Tensor, w: Tensor | None) -> tuple[Tensor, int]:
     """x as (N, K) contiguous and the number of weight heads (:func:`_heads`)."""
     heads = _heads(w)
@@ -390,6 +396,8 @@ class BoundAggregate:
 
     def __call__(self, graph: Graph, x: Tensor, edge_weight: Tensor | None, reduce: str) -> Tensor:
         x2 = x if self.out_shape is None and x.is_contiguous() else x.reshape(x.size(0), -1).contiguous()
+        if self.heads == 1 and edge_weight is not None and edge_weight.dim() == 2:
+            edge_weight = _one_head(edge_weight)
         if torch.is_grad_enabled() and (x.requires_grad or (edge_weight is not None and edge_weight.requires_grad)):
             out = self.fn.apply(graph, x2, edge_weight, reduce, self.heads)
         elif self.plan is not None:  # the forward pass without autograd's ctx, as fn.forward would run it
@@ -431,6 +439,7 @@ def sampled_aggregate(graph: Graph, x: Tensor, edge_weight: Tensor | None, reduc
     :class:`~graphfuse.kernels.es_spmm.EsSpmmPlan` cached on the graph per configuration and sampling. One
     weight per edge."""
     _check_dtype("sampled_aggregate", x)
+    edge_weight = _one_head(edge_weight)
     x2, heads = _flatten(graph, x, edge_weight)
     if heads > 1:
         raise ValueError("aggregate: the ES-SpMM kernel takes one weight per edge; got per-head weights of shape "
@@ -453,6 +462,8 @@ def sddmm(graph: Graph, a: Tensor, b: Tensor, edge_weight: Tensor | None = None)
     a2 = a.reshape(a.size(0), -1).contiguous()
     b2 = b.reshape(b.size(0), -1).contiguous()
     out = run(Sddmm, graph, a2, b2, heads)
+    if a.dim() == 3:  # (E, H) for per-head inputs, H = 1 included, as the reference gives
+        out = out.view(-1, heads)
     if edge_weight is None:
         return out
     return out * edge_weight.to(out.dtype).view(-1, *([1] * (out.dim() - 1)))

@@ -49,6 +49,7 @@ def poison_allocator():
 def assert_close(out: torch.Tensor, ref: torch.Tensor, scale: torch.Tensor | None = None) -> None:
     """|out - ref| <= atol + rtol * scale (scale = |ref|, or the sum of |terms| for sums: the error bound of a
     floating-point summation), with the tolerances of tests/cases.py for out's dtype. NaN never passes."""
+    assert out.shape == ref.shape, f"shape {tuple(out.shape)}, reference {tuple(ref.shape)}"  # no broadcasting
     tol = TOLERANCES[out.dtype]
     out64 = out.double()
     assert torch.isfinite(out64).all(), "output holds NaN/inf (an element was not written?)"
@@ -148,10 +149,12 @@ def test_aggregate_matches_reference(backend, reduce, k, case):
 
 
 @pytest.mark.parametrize("case", ["unsorted", "hub", "bipartite", "big_hub", "no_edges"])
-@pytest.mark.parametrize("heads, k", [(2, 2), (4, 28), (2, 82), (8, 64), (3, 606)])
+@pytest.mark.parametrize("heads, k", [(1, 5), (1, 64), (2, 2), (4, 28), (2, 82), (8, 64), (3, 606)])
 @pytest.mark.parametrize("reduce", REDUCES)
-@pytest.mark.parametrize("backend", ["gespmm", "gar", "gas"])
+@pytest.mark.parametrize("backend", ["gespmm", "gar", "gas", "hpspmm"])
 def test_aggregate_multihead(backend, reduce, heads, k, case):
+    """heads = 1 (one-head (E, 1) weights, e.g. a GAT output layer on a named backend): GAR and GAS refused the
+    2-D weights, and GE-SpMM/HP-SpMM returned (E,) weight gradients for them."""
     g = graph(case)
     x, w = inputs(g, k, torch.float32, True, heads=heads)
     run_and_compare(backend, g, x, w, reduce)
@@ -219,7 +222,7 @@ def test_bitwise_deterministic(backend, reduce, k):
 
 
 @pytest.mark.parametrize("case", ["unsorted", "hub", "bipartite", "no_edges", "big_hub"])
-@pytest.mark.parametrize("heads", [None, 3])
+@pytest.mark.parametrize("heads", [None, 1, 3])  # 1: (E, 1) like the reference, not (E,)
 @pytest.mark.parametrize("k", [6, 96])
 def test_sddmm_and_edge_softmax(case, heads, k):
     g = graph(case)

@@ -171,3 +171,19 @@ def test_gat_names_its_own_arguments():
         _model("gat", out_heads=0)
     with pytest.raises(ValueError, match="GAT: attn_dropout must be a number in"):
         _model("gat", attn_dropout=1.0)
+
+
+def test_gat_runs_under_bf16_autocast():
+    """Under autocast the linear layer gives bfloat16 features while the attention vectors stay float32:
+    gat_scores refused the mix, so trainer.precision=bf16-mixed / 16-mixed crashed GAT in its first step."""
+    from graphfuse import Graph
+
+    graph = Graph(torch.randint(0, 50, (2, 300), generator=torch.Generator().manual_seed(0)), num_nodes=50)
+    torch.manual_seed(0)
+    model, x = GAT(8, 4, 3, heads=2).eval(), torch.randn(50, 8)
+    full = model(x, graph)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed = model(x, graph)
+    mixed.float().sum().backward()
+    torch.testing.assert_close(mixed.float(), full, rtol=0.05, atol=0.05)
+    assert all(p.grad is not None for p in model.parameters())

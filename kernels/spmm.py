@@ -222,7 +222,8 @@ def gespmm(
         return_arg: also return the position of the max/min entry (needed by the backward pass).
         edge_id, gather_arg: "argmask" mode (reduce="sum" only): entry j contributes to column k only when
             ``gather_arg[col[j], k] == edge_id[j]`` (the max/min backward over the transpose).
-        validate: check the index values (one host sync; see :func:`graphfuse.kernels.runtime.check_indices`).
+        validate: check the index values (one host sync; see :func:`graphfuse.kernels.runtime.check_indices`) and
+            that ``schedule`` is this rowptr's.
 
     Returns:
         ``(out, arg)``; ``arg`` is None unless ``return_arg`` and reduce is max/min.
@@ -234,10 +235,17 @@ def gespmm(
     _check(rowptr, col, x, values, reduce, heads, schedule, edge_id, gather_arg)
     if validate:
         rt.check_indices("gespmm", ("rowptr", rowptr, "col", col), [("col", col, x.size(0))])
+        if schedule is not None and not _same_schedule(schedule, row_schedule(rowptr, schedule.segment)):
+            raise ValueError("gespmm: schedule must be row_schedule(rowptr, segment) of this rowptr (its segments "
+                             "address the entries and workspace rows); got one built for another graph")
     plan = GespmmPlan(rowptr, col, k=x.size(1), dtype=x.dtype, reduce=reduce, heads=heads,
                       wmode=0 if values is None else values.dim(), schedule=schedule,
                       track=return_arg and reduce in ("max", "min"), argmask=edge_id is not None)
     return plan(x, values, edge_id, gather_arg)
+
+
+def _same_schedule(a: RowSchedule, b: RowSchedule | None) -> bool:
+    return b is not None and all(torch.equal(u, v) if isinstance(u, Tensor) else u == v for u, v in zip(a, b))
 
 
 def _check(rowptr: Tensor, col: Tensor, x: Tensor, values: Tensor | None, reduce: str, heads: int,
@@ -261,6 +269,9 @@ def _check(rowptr: Tensor, col: Tensor, x: Tensor, values: Tensor | None, reduce
                         shape_text=f"(nnz={nnz},)")
         rt.check_tensor(op, "gather_arg", gather_arg, dtypes=(torch.int64,), ndim=2,
                         shape=(x.size(0), k), shape_text=f"(num_cols={x.size(0)}, K={k})")
+    if schedule is not None and not isinstance(schedule, RowSchedule):
+        raise TypeError(f"{op}: schedule must be a RowSchedule (row_schedule(rowptr)) or None; got "
+                        f"{type(schedule).__name__}")
     rt.check_devices(op, {"x": x, "rowptr": rowptr, "col": col, "values": values, "edge_id": edge_id,
                           "gather_arg": gather_arg, "schedule": None if schedule is None else schedule.seg_ptr})
 

@@ -190,8 +190,8 @@ def _check(op: str, graph: Any, alpha_src: Any, alpha_dst: Any, dropout: float) 
         if not isinstance(t, Tensor) or not t.is_floating_point():
             raise TypeError(f"{op}: {name} must be a floating-point torch.Tensor; got "
                             f"{getattr(t, 'dtype', type(t).__name__)}")
-        if t.dim() != 2 or t.size(0) != rows:
-            raise ValueError(f"{op}: {name} must have shape ({rows_name}={rows}, H); got {tuple(t.shape)}")
+        if t.dim() != 2 or t.size(0) != rows or t.size(1) == 0:
+            raise ValueError(f"{op}: {name} must have shape ({rows_name}={rows}, H) with H >= 1; got {tuple(t.shape)}")
         if t.device != graph.device:
             raise ValueError(f"{op}: {name} is on {t.device} but the graph is on {graph.device}")
     if alpha_dst.size(1) != alpha_src.size(1) or alpha_dst.dtype != alpha_src.dtype:

@@ -41,7 +41,7 @@ def _check_edges(op: str, name: str, t: Any, graph: Graph, heads: int | None) ->
         raise TypeError(f"{op}: {name} must be a torch.Tensor; got {type(t).__name__}")
     if not t.is_floating_point():
         raise TypeError(f"{op}: {name} must be floating point; got {t.dtype}")
-    allowed = [(graph.num_edges,)] + ([(graph.num_edges, heads)] if heads is not None else [])
+    allowed = [(graph.num_edges,)] + ([(graph.num_edges, heads)] if heads else [])  # no (E, 0): H >= 1
     if t.shape not in allowed:  # a torch.Size equals the tuple of its sizes
         expected = " or ".join(str(s) for s in allowed)
         raise ValueError(f"{op}: {name} must have shape {expected} (E={graph.num_edges}); got {tuple(t.shape)}")

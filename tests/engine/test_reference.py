@@ -107,6 +107,9 @@ def test_edge_softmax_normalises_per_target_and_is_stable():
         (lambda g: graphfuse.sddmm(g, torch.randn(50, 4), torch.randn(50, 3)), ValueError, "trailing shape"),
         (lambda g: graphfuse.sddmm(g, torch.randn(50, 4), torch.randn(50, 4).double()), TypeError, "share a dtype"),
         (lambda g: graphfuse.edge_softmax(g, torch.randn(299)), ValueError, r"scores must have shape \(E=300,\)"),
+        # zero weight heads reached a division by zero in the CUDA path
+        (lambda g: graphfuse.aggregate(g, torch.randn(50, 0, 4), torch.rand(300, 0)), ValueError,
+         r"edge_weight must have shape \(300,\) \(E=300\); got \(300, 0\)"),
         # an unhashable backend failed in the memo's dict lookup ("unhashable type: 'list'")
         (lambda g: graphfuse.aggregate(g, torch.randn(50, 4), backend=["reference"]), TypeError,
          r"aggregate: backend must be a backend name \(str\); got list"),

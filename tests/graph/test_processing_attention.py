@@ -83,6 +83,8 @@ def test_gatconv_cpu_unchanged():
     [
         (dict(graph="edges"), TypeError, "gat_attention: graph must be a graphfuse.Graph"),
         (dict(a_src=torch.zeros(3, 2)), ValueError, r"gat_attention: alpha_src must have shape \(num_src=60, H\)"),
+        # zero heads reached a division by zero in the CUDA path
+        (dict(a_src=torch.zeros(60, 0), a_dst=torch.zeros(60, 0)), ValueError, "alpha_src must have shape .* H >= 1"),
         (dict(a_dst=torch.zeros(60, 3)), ValueError, "alpha_src and alpha_dst must share H and dtype"),
         (dict(a_dst=torch.zeros(60, 2, dtype=torch.int64)), TypeError, "alpha_dst must be a floating-point"),
         (dict(dropout=1.5), ValueError, r"dropout must lie in \[0, 1\)"),

@@ -272,6 +272,21 @@ def test_gespmm_schedule_splits_hub_rows():
             assert torch.equal(arg_split, arg_whole)
 
 
+def test_gespmm_refuses_a_schedule_of_another_rowptr():
+    """A schedule built for another graph went to the kernel unchecked, which then read entries (and workspace
+    rows) past this graph's nnz."""
+    g = graph("big_hub")
+    star = torch.stack([torch.arange(200), torch.zeros(200, dtype=torch.long)]).cuda()  # one row of 200 entries
+    other = graphfuse.Graph(star, num_nodes=200)
+    x = torch.randn(g.num_src, 8, device="cuda")
+    with pytest.raises(ValueError, match="schedule must be row_schedule"):
+        spmm_kernels.gespmm(g.csr.rowptr, g.csr.col.int(), x, schedule=spmm_kernels.row_schedule(other.csr.rowptr, 32))
+    for segment in (32, 64):  # any segment length of this rowptr is fine
+        good = spmm_kernels.gespmm(g.csr.rowptr, g.csr.col.int(), x,
+                                   schedule=spmm_kernels.row_schedule(g.csr.rowptr, segment))
+        assert_close(good[0], reference.aggregate(g, x.double()), reference.aggregate(g, x.double().abs()))
+
+
 @pytest.mark.parametrize("in_kernel", [True, False])
 @pytest.mark.parametrize("k", [7, 64, 602])
 @pytest.mark.parametrize("reduce", REDUCES)

@@ -42,6 +42,7 @@ def _csr(n=4, e=6):
         ({"reduce": "prod"}, ValueError, "gespmm: reduce must be one of"),
         ({"x": torch.zeros(4, 3).t().contiguous().t()}, ValueError, "gespmm: x must be contiguous"),
         ({}, ValueError, "gespmm: x must be a CUDA tensor; got a tensor on cpu"),
+        ({"schedule": (torch.tensor([0, 6]),)}, TypeError, "gespmm: schedule must be a RowSchedule"),
     ],
 )
 def test_gespmm_validation(kwargs, error, match):

@@ -377,11 +377,13 @@ class BoundAggregate:
     allocates and launches: on a small graph, host time is what an aggregation costs. Holds no reference to
     the graph, whose memo holds it."""
 
-    __slots__ = ("fn", "heads", "plan", "pair", "out_shape")
+    __slots__ = ("fn", "heads", "plan", "pair", "out_shape", "one_head")
 
     def __init__(self, name: str, graph: Graph, x: Tensor, edge_weight: Tensor | None, reduce: str) -> None:
         _check_dtype(name, x)
         self.heads = _heads(edge_weight)
+        # (E, 1) weights go to the kernels as an (E,) view (see _one_head); the memo's signature fixes their shape
+        self.one_head = edge_weight is not None and edge_weight.dim() == 2 and self.heads == 1
         fn = _FUNCTIONS[name]
         if (name == "gas" and reduce in ("max", "min")) or (
                 name == "hpspmm" and (reduce in ("max", "min") or self.heads > 1)):
@@ -396,8 +398,8 @@ class BoundAggregate:
 
     def __call__(self, graph: Graph, x: Tensor, edge_weight: Tensor | None, reduce: str) -> Tensor:
         x2 = x if self.out_shape is None and x.is_contiguous() else x.reshape(x.size(0), -1).contiguous()
-        if self.heads == 1 and edge_weight is not None and edge_weight.dim() == 2:
-            edge_weight = _one_head(edge_weight)
+        if self.one_head:
+            edge_weight = edge_weight.view(-1)
         if torch.is_grad_enabled() and (x.requires_grad or (edge_weight is not None and edge_weight.requires_grad)):
             out = self.fn.apply(graph, x2, edge_weight, reduce, self.heads)
         elif self.plan is not None:  # the forward pass without autograd's ctx, as fn.forward would run it

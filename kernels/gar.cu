@@ -54,8 +54,8 @@ __global__ void __launch_bounds__(256) gar_forward(
         for (int i = 0; i < VEC; ++i) {
           const T wi = (WMODE == GF_W_HEAD) ? val[j * H + (k + i) / C] : w;
           const T m = wi * v[i];
-          if (EXTREMUM) {
-            if (gf_better<T, REDUCE>(m, acc[f][i])) {
+          if (EXTREMUM) {  // the first message is taken even at -inf (max) / +inf (min)
+            if (arg[f][i] < 0 || gf_better<T, REDUCE>(m, acc[f][i])) {
               acc[f][i] = m;
               arg[f][i] = j;
             }

@@ -141,8 +141,8 @@ __global__ void __launch_bounds__(256) gespmm_rows(
             if (WMODE == GF_W_HEAD) wi = val[(j0 + t) * H + (k + i) / C];
             T m = wi * v[i];
             if (ARGMASK && gather_arg[(i64)c * K + k + i] != e) m = T(0);
-            if (EXTREMUM && TRACK) {
-              if (gf_better<T, REDUCE>(m, acc[f][i])) {
+            if (EXTREMUM && TRACK) {  // the first message is taken even at -inf (max) / +inf (min)
+              if (arg[f][i] < 0 || gf_better<T, REDUCE>(m, acc[f][i])) {
                 acc[f][i] = m;
                 arg[f][i] = j0 + t;
               }
@@ -191,6 +191,7 @@ __global__ void __launch_bounds__(256) gespmm_rows(
     last = gf_atomic_add_acq_rel(counter, 1u) == (unsigned)(nseg - 1);
     if (last) *counter = 0u;  // every segment has counted: ready for the next launch
   }
+  __syncwarp(mask);  // orders lane 0's acquire before the other lanes' reads of the partials
   if (__shfl_sync(mask, last, 0, GROUP))
     gespmm_fold<T, REDUCE, TRACK, VEC, CF, GROUP>(part, part_arg, p0, nseg, degree, out + row * K,
                                                   TRACK ? out_arg + row * K : nullptr, k_base, gl, K);

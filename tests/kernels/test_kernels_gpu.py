@@ -169,6 +169,31 @@ def test_aggregate_float64(backend, reduce, k, case):
     run_and_compare(backend, g, x, w, reduce)
 
 
+@pytest.mark.parametrize("case", ["hub", "duplicates", "isolated", "big_hub"])
+@pytest.mark.parametrize("k", [7, 41, 602])
+@pytest.mark.parametrize("reduce", ["max", "min"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_extremum_of_infinite_messages(backend, reduce, k, case):
+    """Where every message of a row is -inf (max) / +inf (min), the result is that infinity, as in the
+    reference, with or without a gradient: the kernels that track the argmax wrote 0 (no message beat the
+    identity, so none was taken), the untracked ones the infinity. The gradient goes to the row's first entry."""
+    g = graph(case)
+    x, _ = inputs(g, k, torch.float32, False)
+    inf = float("-inf") if reduce == "max" else float("inf")
+    x[:, :3] = inf  # every message of these columns
+    x[::2, 3:] = inf  # in the other columns, rows whose sources are all even
+    with torch.no_grad():
+        plain = graphfuse.aggregate(g, x, None, reduce, backend=backend)
+    xg = x.clone().requires_grad_(True)
+    out = graphfuse.aggregate(g, xg, None, reduce, backend=backend)
+    ref = reference.aggregate(g, x.double(), None, reduce)
+    assert torch.equal(plain.double(), ref) and torch.equal(out.detach().double(), ref)
+    grad = torch.randn(out.shape, generator=torch.Generator(device="cuda").manual_seed(7), device="cuda")
+    out.backward(grad)
+    _, ref_dx, _ = reference_with_grads(g, x.double(), None, reduce, grad.double())
+    assert_close(xg.grad, ref_dx)
+
+
 @pytest.mark.parametrize("case", ["unsorted", "bipartite", "duplicates", "single_node"])
 @pytest.mark.parametrize("k", [3, 33])
 @pytest.mark.parametrize("backend, reduce", PAIRS)

@@ -25,6 +25,7 @@ from graphfuse.data import DatasetNotFoundError, NodeDataset, dataset_options, d
 from graphfuse.data.paths import check_outside_mirror
 from graphfuse.engine import registered_backends, resolve
 from graphfuse.engine.attention import FUSED
+from graphfuse.engine.autograd import KERNEL_BACKENDS
 from graphfuse.graph import Graph
 from graphfuse.kernels import runtime
 from graphfuse.nn import GAT, GCN, MODELS
@@ -115,15 +116,23 @@ def build_model(cfg: DictConfig, in_channels: int, out_channels: int) -> nn.Modu
         raise ConfigError(f"cannot build model '{cfg.name}' from the model section: {error}.") from None
 
 
-def check_backend(cfg: DictConfig, device: torch.device) -> None:
-    """Check that the ``model`` section's ``backend`` runs on the training ``device``: a CUDA kernel backend on a
-    CPU run would raise only in the first forward pass, after the run directory was cleared.
+def check_backend(cfg: DictConfig, device: torch.device, precision: str = "32") -> None:
+    """Check that the ``model`` section's ``backend`` runs on the training ``device`` at ``trainer.precision``: a
+    CUDA kernel backend on a CPU run, or under mixed precision, would raise only in the first forward pass, after
+    the run directory was cleared.
 
     Raises:
-        ConfigError: the backend does not run on ``device`` here (device type, CuPy, torch's determinism flag).
+        ConfigError: the backend does not run on ``device`` here (device type, CuPy, torch's determinism flag), or
+            is a kernel backend (float32/float64 features only) under a mixed ``precision``.
     """
     if cfg.backend == "auto" or cfg.name not in MODELS:  # the PyG twins do not use model.backend
         return
+    if precision not in ("32", "32-true") and cfg.backend in (*KERNEL_BACKENDS, FUSED):
+        raise ConfigError(
+            f"invalid value for 'model.backend': {cfg.backend!r} runs float32 and float64 features, and "
+            f"trainer.precision={precision} hands the layers half-precision ones under autocast; use "
+            "model.backend=auto (it takes the reference backend for those) or trainer.precision=32."
+        )
     try:
         if cfg.backend != FUSED:
             resolve("aggregate", device, cfg.backend)

@@ -378,7 +378,7 @@ def _fit_and_test(cfg: DictConfig, trainer: pl.Trainer, checkpoint: ModelCheckpo
                   out: Path, resolved: dict[str, Any], start: float, verbose: bool) -> dict[str, Any]:
     """Build the data and model, then (only then: a bad config leaves an earlier run's directory as it was)
     prepare the run directory, fit, test and write metrics.json."""
-    check_backend(cfg.model, trainer.strategy.root_device)
+    check_backend(cfg.model, trainer.strategy.root_device, cfg.trainer.precision)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     dataset = build_dataset(cfg.data)
     model = build_model(cfg.model, dataset.num_features, dataset.num_classes)

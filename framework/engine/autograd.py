@@ -539,15 +539,20 @@ def _binder(name: str):
     return bind
 
 
+_BACKENDS = (  # name, aggregate, deterministic on, priority under "auto"
+    ("gas", gas_aggregate, frozenset(), 30),
+    ("gar", gar_aggregate, frozenset({"cuda"}), 20),
+    ("gespmm", gespmm_aggregate, frozenset({"cuda"}), 10),
+    ("hpspmm", hpspmm_aggregate, frozenset(), 5),
+)
+KERNEL_BACKENDS = tuple(name for name, *_ in _BACKENDS)
+"""Names of the CUDA kernel backends (features of a dtype in ``SUPPORTED_DTYPES`` only)."""
+
+
 def register() -> None:
     """Register the four kernel backends with the dispatcher (done once at ``import graphfuse``)."""
     common = {"sddmm": sddmm, "edge_softmax": edge_softmax, "sampled_aggregate": sampled_aggregate}
-    for name, fn, deterministic, priority in (
-        ("gas", gas_aggregate, frozenset(), 30),
-        ("gar", gar_aggregate, frozenset({"cuda"}), 20),
-        ("gespmm", gespmm_aggregate, frozenset({"cuda"}), 10),
-        ("hpspmm", hpspmm_aggregate, frozenset(), 5),
-    ):
+    for name, fn, deterministic, priority in _BACKENDS:
         register_backend(Backend(
             name=name,
             ops={"aggregate": fn, **common},

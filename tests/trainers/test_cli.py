@@ -92,6 +92,17 @@ def test_cuda_backend_on_a_cpu_run_exits_2_and_leaves_the_earlier_run(capsys, ti
     assert (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()
 
 
+@pytest.mark.parametrize("backend", ["gespmm", "fused"])
+def test_kernel_backend_under_mixed_precision_exits_2_and_leaves_the_earlier_run(capsys, tiny, tmp_path, backend):
+    # The CUDA kernels take float32/float64 features; under autocast they got bfloat16 ones and raised their
+    # TypeError mid-fit (a traceback), after the earlier run's checkpoints were cleared.
+    assert main([*tiny, "trainer.max_epochs=1"]) == 0
+    _fails_cleanly(capsys, [*tiny, "trainer.max_epochs=1", "model=gat", "model.heads=2", f"model.backend={backend}",
+                            "trainer.precision=bf16-mixed"], "model.backend", "trainer.precision=bf16-mixed")
+    assert (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()
+    assert main([*tiny, "trainer.max_epochs=1", "model=gat", "model.heads=2", "trainer.precision=bf16-mixed"]) == 0
+
+
 def test_backend_of_a_pyg_twin_is_not_checked_against_the_device(tiny):
     # model.backend goes to graphfuse's own models only (build.model_kwargs): a PyG twin ignores it and trained
     # on the CPU before the backend check, which refused the run

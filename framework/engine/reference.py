@@ -10,6 +10,7 @@ Shapes:
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 from graphfuse.engine.dispatcher import Backend, register_backend
@@ -19,6 +20,12 @@ from graphfuse.graph import Graph
 
 def _expand_like(index: Tensor, values: Tensor) -> Tensor:
     return index.view(-1, *([1] * (values.dim() - 1))).expand_as(values)
+
+
+def _widened(t: Tensor) -> Tensor:
+    """``t`` in float32 when it is float16/bfloat16: sums over edges accumulate there (in half precision a sum of
+    ones stops growing at 2048 / 256); the ops cast their results back."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
 
 
 def _weighted_messages(graph: Graph, x: Tensor, edge_weight: Tensor | None) -> Tensor:
@@ -34,11 +41,11 @@ def aggregate(graph: Graph, x: Tensor, edge_weight: Tensor | None = None, reduce
     dst = graph.edge_index[1]
     out = x.new_zeros(graph.num_dst, *x.shape[1:])
     if reduce in ("sum", "mean"):
-        out = out.index_add(0, dst, msg)
+        out = _widened(out).index_add(0, dst, _widened(msg))
         if reduce == "mean":
-            count = graph.in_degree.clamp(min=1).to(x.dtype)
+            count = graph.in_degree.clamp(min=1).to(out.dtype)
             out = out / count.view(-1, *([1] * (x.dim() - 1)))
-        return out
+        return out.to(x.dtype)
     if reduce in ("max", "min"):
         return out.scatter_reduce(0, _expand_like(dst, msg), msg, "amax" if reduce == "max" else "amin",
                                   include_self=False)
@@ -55,12 +62,13 @@ def sddmm(graph: Graph, a: Tensor, b: Tensor, edge_weight: Tensor | None = None)
 def edge_softmax(graph: Graph, scores: Tensor) -> Tensor:
     """Softmax of edge scores over each target's in-edges (max-subtracted, per head)."""
     dst = graph.edge_index[1]
-    row_max = scores.new_zeros(graph.num_dst, *scores.shape[1:]).scatter_reduce(
-        0, _expand_like(dst, scores), scores.detach(), "amax", include_self=False
+    wide = _widened(scores)
+    row_max = wide.new_zeros(graph.num_dst, *scores.shape[1:]).scatter_reduce(
+        0, _expand_like(dst, scores), wide.detach(), "amax", include_self=False
     )
-    exp = (scores - row_max.index_select(0, dst)).exp()
+    exp = (wide - row_max.index_select(0, dst)).exp()
     denom = exp.new_zeros(graph.num_dst, *scores.shape[1:]).index_add(0, dst, exp)
-    return exp / denom.index_select(0, dst)
+    return (exp / denom.index_select(0, dst)).to(scores.dtype)
 
 
 register_backend(

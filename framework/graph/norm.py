@@ -35,6 +35,17 @@ def add_remaining_self_loops(graph: Graph, fill_value: float = 1.0) -> Graph:
     return Graph(edge_index, num_nodes=n, edge_weight=weight, validate=False)
 
 
+def _weighted_in_degree(graph: Graph) -> tuple[Tensor, Tensor]:
+    """The edge weights (ones when unweighted) and each target's in-edge weight sum, summed in float32 at least
+    (in float16/bfloat16 a sum of ones stops growing at 2048/256)."""
+    weight = graph.edge_weight
+    if weight is None:
+        weight = torch.ones(graph.num_edges, device=graph.device)
+    acc = torch.promote_types(weight.dtype, torch.float32)
+    deg = torch.zeros(graph.num_dst, dtype=acc, device=graph.device).index_add_(0, graph.edge_index[1], weight.to(acc))
+    return weight, deg
+
+
 def gcn_norm(graph: Graph, *, add_self_loops: bool = True, improved: bool = False) -> Graph:
     """Kipf & Welling's symmetric normalisation D^-1/2 (A + I) D^-1/2, degrees taken over targets.
 
@@ -51,12 +62,9 @@ def gcn_norm(graph: Graph, *, add_self_loops: bool = True, improved: bool = Fals
     if add_self_loops:
         graph = add_remaining_self_loops(graph, 2.0 if improved else 1.0)
     src, dst = graph.edge_index
-    weight = graph.edge_weight
-    if weight is None:
-        weight = torch.ones(graph.num_edges, device=graph.device)
-    deg = torch.zeros(graph.num_dst, dtype=weight.dtype, device=graph.device).index_add_(0, dst, weight)
+    weight, deg = _weighted_in_degree(graph)
     deg_inv_sqrt = deg.pow(-0.5).masked_fill_(deg == 0, 0.0)
-    norm = deg_inv_sqrt[src] * weight * deg_inv_sqrt[dst]
+    norm = (deg_inv_sqrt[src] * weight * deg_inv_sqrt[dst]).to(weight.dtype)
     return Graph(graph.edge_index, edge_weight=norm, num_src=graph.num_src, num_dst=graph.num_dst, validate=False)
 
 
@@ -66,12 +74,9 @@ def mean_norm(graph: Graph) -> Graph:
     Used by GraphSAGE-mean and GraphSAINT aggregation; empty rows stay empty, and a target whose in-edge
     weights sum to 0 (masked edges) gets 0 weights, as ``gcn_norm`` does for zero degrees.
     """
-    dst = graph.edge_index[1]
-    weight = graph.edge_weight
-    if weight is None:
-        weight = torch.ones(graph.num_edges, device=graph.device)
-    deg = torch.zeros(graph.num_dst, dtype=weight.dtype, device=graph.device).index_add_(0, dst, weight)[dst]
-    norm = (weight / deg).masked_fill_(deg == 0, 0.0)
+    weight, deg = _weighted_in_degree(graph)
+    deg = deg[graph.edge_index[1]]
+    norm = (weight / deg).masked_fill_(deg == 0, 0.0).to(weight.dtype)
     return Graph(graph.edge_index, edge_weight=norm, num_src=graph.num_src, num_dst=graph.num_dst, validate=False)
 
 

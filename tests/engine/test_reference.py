@@ -95,6 +95,33 @@ def test_edge_softmax_normalises_per_target_and_is_stable():
     assert torch.autograd.gradcheck(lambda s: graphfuse.edge_softmax(small, s), (s,))
 
 
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_sums_accumulate_in_float32(dtype):
+    """Sums over a hub's 5,000 in-edges: in float16 / bfloat16 a running sum of ones stops at 2048 / 256, which
+    gave 1-D edge softmax weights summing to ~4 and GCN / mean normalised weights off by the same factor."""
+    n = 5000
+    g = graphfuse.Graph(torch.stack([torch.arange(n), torch.zeros(n, dtype=torch.long)]), num_nodes=n)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.rand(n, 3, generator=gen, dtype=torch.float64).to(dtype)
+    w = (torch.rand(n, generator=gen, dtype=torch.float64) + 0.5).to(dtype)
+    scores = torch.randn(n, generator=gen, dtype=torch.float64).to(dtype)
+    for reduce in ("sum", "mean"):
+        got = graphfuse.aggregate(g, x, w, reduce)
+        assert got.dtype == dtype
+        torch.testing.assert_close(got.double(), reference.aggregate(g, x.double(), w.double(), reduce), rtol=1e-2,
+                                   atol=0)
+    for s in (scores, scores.view(n, 1)):  # the 1-D path was the wrong one
+        alpha = graphfuse.edge_softmax(g, s)
+        assert alpha.dtype == dtype
+        torch.testing.assert_close(alpha.double(), graphfuse.edge_softmax(g, s.double()), rtol=1e-2, atol=1e-6)
+    gw = graphfuse.Graph(g.edge_index, num_nodes=n, edge_weight=w)
+    g64 = graphfuse.Graph(g.edge_index, num_nodes=n, edge_weight=w.double())
+    for norm in (graphfuse.gcn_norm, graphfuse.mean_norm):
+        got = norm(gw).edge_weight
+        assert got.dtype == dtype
+        torch.testing.assert_close(got.double(), norm(g64).edge_weight, rtol=1e-2, atol=1e-7)
 @pytest.mark.parametrize(
     "call, error, pattern",
     [

@@ -18,11 +18,14 @@ Shapes:
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
+from graphfuse.checks import check_bools
 from graphfuse.graph import norm as reference
 from graphfuse.graph.graph import Graph
 
@@ -51,11 +54,17 @@ def register_stage(device_type: str, stage: Stage) -> None:
     _STAGES[device_type] = stage
 
 
+def _check_backend(op: str, backend: object) -> str:
+    """``backend`` (None: ``"auto"``), checked against ``STAGE_BACKENDS``."""
+    backend = "auto" if backend is None else backend
+    if not isinstance(backend, str) or backend not in STAGE_BACKENDS:
+        raise ValueError(f"{op}: backend must be one of {list(STAGE_BACKENDS)}; got {backend!r}")
+    return backend
+
+
 def _fused(op: str, graph: Graph, backend: str | None) -> Stage | None:
     """The fused stage to use for ``graph``, or None for the reference."""
-    backend = "auto" if backend is None else backend
-    if backend not in STAGE_BACKENDS:
-        raise ValueError(f"{op}: backend must be one of {list(STAGE_BACKENDS)}; got {backend!r}")
+    backend = _check_backend(op, backend)
     if backend == "reference":
         return None
     if _learned(graph):  # the fused kernels compute new weights outside autograd: no gradient would reach them
@@ -84,15 +93,23 @@ def _learned(graph: Graph) -> bool:
     return graph.edge_weight is not None and graph.edge_weight.requires_grad
 
 
-def _cached(graph: Graph, key: tuple, build: Callable[[], Graph]) -> Graph:
+def _cached(op: str, graph: Graph, backend: str | None, key: tuple, build: Callable[[], Graph]) -> Graph:
     """``graph.cached(key, build)``, or a fresh ``build()`` when the edge weights are learned (a cached result
-    would keep stale weights and a freed autograd graph)."""
+    would keep stale weights and a freed autograd graph). ``graph`` and ``backend`` are checked first: a cache hit
+    would skip the checks of ``build``."""
+    _check_graph(op, graph)
+    _check_backend(op, backend)
     return build() if _learned(graph) else graph.cached(key, build)
 
 
 def _check_graph(op: str, graph: object) -> None:
     if not isinstance(graph, Graph):
         raise TypeError(f"{op}: graph must be a graphfuse.Graph; got {type(graph).__name__}")
+
+
+def _check_fill_value(op: str, fill_value: object) -> None:
+    if isinstance(fill_value, bool) or not isinstance(fill_value, numbers.Real) or not math.isfinite(fill_value):
+        raise ValueError(f"{op}: fill_value must be a finite real number; got {fill_value!r}")
 
 
 def _reference(graph: Graph, self_loops: bool, fill_value: float, norm: str) -> Graph:
@@ -130,6 +147,8 @@ def process_graph(
         ``csr``, ``csc`` and ``csr_to_csc`` are built.
     """
     _check_graph("process_graph", graph)
+    check_bools("process_graph", self_loops=self_loops)
+    _check_fill_value("process_graph", fill_value)
     if norm not in NORMS:
         raise ValueError(f"process_graph: norm must be one of {list(NORMS)}; got {norm!r}")
     if self_loops and graph.is_bipartite:
@@ -146,6 +165,8 @@ def process_graph(
 
 def build_formats(graph: Graph, *, backend: str | None = None) -> Graph:
     """Build (and cache on ``graph``) its CSR, CSC and CSR→CSC permutation, once; returns ``graph``."""
+    _check_graph("build_formats", graph)
+    _check_backend("build_formats", backend)
     graph.cached(("processing", "formats"), lambda: process_graph(graph, backend=backend) is graph)  # a marker
     return graph
 
@@ -157,6 +178,7 @@ def gcn_norm(graph: Graph, *, add_self_loops: bool = True, improved: bool = Fals
     The fused stage on CUDA, the reference elsewhere; not cached (see :func:`process_gcn`).
     """
     _check_graph("gcn_norm", graph)
+    check_bools("gcn_norm", add_self_loops=add_self_loops, improved=improved)
     if graph.is_bipartite:
         raise ValueError(f"gcn_norm: graph must be square (num_src == num_dst); got {graph}")
     stage = _fused("gcn_norm", graph, backend)
@@ -168,6 +190,7 @@ def gcn_norm(graph: Graph, *, add_self_loops: bool = True, improved: bool = Fals
 def add_remaining_self_loops(graph: Graph, fill_value: float = 1.0, *, backend: str | None = None) -> Graph:
     """PyG's ``add_remaining_self_loops`` (see :func:`graphfuse.graph.norm.add_remaining_self_loops`)."""
     _check_graph("add_remaining_self_loops", graph)
+    _check_fill_value("add_remaining_self_loops", fill_value)
     stage = _fused("add_remaining_self_loops", graph, backend)
     if stage is None or graph.is_bipartite:
         return reference.add_remaining_self_loops(graph, fill_value)
@@ -187,19 +210,21 @@ def process_gcn(graph: Graph, *, add_self_loops: bool = True, improved: bool = F
                 backend: str | None = None) -> Graph:
     """:func:`gcn_norm`, cached on ``graph`` under ``("gcn_norm", add_self_loops, improved)`` (GCNConv's key;
     not cached for learned edge weights)."""
-    return _cached(graph, ("gcn_norm", add_self_loops, improved),
+    check_bools("process_gcn", add_self_loops=add_self_loops, improved=improved)
+    return _cached("process_gcn", graph, backend, ("gcn_norm", add_self_loops, improved),
                    lambda: gcn_norm(graph, add_self_loops=add_self_loops, improved=improved, backend=backend))
 
 
 def process_gat(graph: Graph, *, add_self_loops: bool = True, backend: str | None = None) -> Graph:
     """GAT's processed graph: one self-loop per node (cached under ``("add_remaining_self_loops", 1.0)``,
     GATConv's key) with its formats built; ``graph`` itself (formats built) without self-loops."""
+    check_bools("process_gat", add_self_loops=add_self_loops)
     if not add_self_loops:
         return build_formats(graph, backend=backend)
-    return _cached(graph, ("add_remaining_self_loops", 1.0),
+    return _cached("process_gat", graph, backend, ("add_remaining_self_loops", 1.0),
                    lambda: add_remaining_self_loops(graph, 1.0, backend=backend))
 
 
 def process_mean(graph: Graph, *, backend: str | None = None) -> Graph:
     """:func:`mean_norm`, cached on ``graph`` under ``("mean_norm",)`` (not for learned edge weights)."""
-    return _cached(graph, ("mean_norm",), lambda: mean_norm(graph, backend=backend))
+    return _cached("process_mean", graph, backend, ("mean_norm",), lambda: mean_norm(graph, backend=backend))

@@ -7,13 +7,13 @@ import numbers
 import torch
 from torch import Tensor, nn
 
+from graphfuse.checks import check_bools
 from graphfuse.engine import gat_aggregate, gat_scores
 from graphfuse.graph import Graph, process_gat
 from graphfuse.nn.inits import glorot_
 from graphfuse.nn.inputs import (
     GraphLike,
     as_graph,
-    check_bools,
     check_features,
     check_positive_ints,
     check_rate,

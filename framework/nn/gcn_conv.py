@@ -6,10 +6,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from graphfuse.checks import check_bools
 from graphfuse.engine import aggregate
 from graphfuse.graph import Graph, process_gcn
 from graphfuse.nn.inits import glorot_
-from graphfuse.nn.inputs import GraphLike, as_graph, check_bools, check_features, check_positive_ints
+from graphfuse.nn.inputs import GraphLike, as_graph, check_features, check_positive_ints
 
 
 class GCNConv(nn.Module):

@@ -72,14 +72,6 @@ def check_positive_ints(owner: str, **values: int) -> None:
             raise ValueError(f"{owner}: {arg} must be an int >= 1; got {value!r}")
 
 
-def check_bools(owner: str, **values: bool) -> None:
-    """Raise TypeError naming the first of ``values`` (on/off switches) that is not a bool: a string such as
-    ``"false"`` is truthy and would silently switch the option on."""
-    for arg, value in values.items():
-        if not isinstance(value, bool):
-            raise TypeError(f"{owner}: {arg} must be a bool; got {value!r}")
-
-
 def check_rate(owner: str, arg: str, value: float) -> None:
     """Raise ValueError naming ``arg`` unless ``value`` is a real number in [0, 1) (a dropout rate; NumPy numbers
     too, as the width checks take NumPy integers)."""

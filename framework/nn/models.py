@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from graphfuse.checks import check_bools
 from graphfuse.graph import Graph
 from graphfuse.nn.gat_conv import GATConv
 from graphfuse.nn.gcn_conv import GCNConv
@@ -25,7 +26,6 @@ from graphfuse.nn.inits import glorot_
 from graphfuse.nn.inputs import (
     GraphLike,
     as_graph,
-    check_bools,
     check_features,
     check_positive_ints,
     check_rate,

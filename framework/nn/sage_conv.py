@@ -6,11 +6,11 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from graphfuse.checks import check_bools
 from graphfuse.engine import aggregate
 from graphfuse.nn.inputs import (
     GraphLike,
     as_graph,
-    check_bools,
     check_features,
     check_positive_ints,
     unweighted,

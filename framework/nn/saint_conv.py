@@ -6,9 +6,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from graphfuse.checks import check_bools
 from graphfuse.engine import aggregate
 from graphfuse.nn.inits import glorot_
-from graphfuse.nn.inputs import GraphLike, as_graph, check_bools, check_features, check_positive_ints
+from graphfuse.nn.inputs import GraphLike, as_graph, check_features, check_positive_ints
 
 AGGRS = ("mean", "sum")
 

@@ -152,6 +152,34 @@ def test_dispatch_validation():
         processing.process_graph(g, backend="fused")
 
 
+def test_switches_fill_values_and_cached_calls_are_checked():
+    """String switches were truthy ('no' added self-loops), a str or NaN fill_value failed inside torch or was
+    taken, and a process_* call that hit the cache skipped the checks of its backend and graph arguments."""
+    g = processing_graph("isolated", False)
+    with pytest.raises(TypeError, match="gcn_norm: add_self_loops must be a bool; got 'no'"):
+        processing.gcn_norm(g, add_self_loops="no")
+    with pytest.raises(TypeError, match="process_graph: self_loops must be a bool"):
+        processing.process_graph(g, self_loops=1)
+    with pytest.raises(TypeError, match="process_gcn: improved must be a bool"):
+        processing.process_gcn(g, improved="false")
+    with pytest.raises(TypeError, match="process_gat: add_self_loops must be a bool"):
+        processing.process_gat(g, add_self_loops=None)
+    for bad in ("1", float("nan"), float("inf"), True):
+        with pytest.raises(ValueError, match="add_remaining_self_loops: fill_value must be a finite real number"):
+            processing.add_remaining_self_loops(g, bad)
+        with pytest.raises(ValueError, match="process_graph: fill_value must be a finite real number"):
+            processing.process_graph(g, self_loops=True, fill_value=bad)
+    processing.process_gcn(g)
+    processing.process_mean(g)
+    processing.process_gat(g)
+    processing.build_formats(g)
+    for name in ("process_gcn", "process_mean", "process_gat", "build_formats"):  # cache hits
+        with pytest.raises(ValueError, match=f"{name}: backend must be one of"):
+            getattr(processing, name)(g, backend="bogus")
+        with pytest.raises(TypeError, match=f"{name}: graph must be a graphfuse.Graph"):
+            getattr(processing, name)(g.edge_index)
+
+
 @pytest.mark.parametrize(
     "kwargs, error, match",
     [

@@ -24,10 +24,12 @@ from collections.abc import Iterator, Mapping, Sequence
 import torch
 from torch import Tensor
 
+from graphfuse.checks import check_bools
 from graphfuse.data.seeds import check_seed
 from graphfuse.graph import CSR, Graph
 from graphfuse.samplers.batch import Batch
 from graphfuse.samplers.neighbor import NeighborSampler
+from graphfuse.samplers.saint import check_sampler
 from graphfuse.samplers.saint_norm import (
     NORMS,
     SaintNorm,
@@ -63,6 +65,12 @@ class _Gatherer:
     def __init__(self, graph: Graph, x: Tensor | None, y: Tensor | None, node_data: Mapping[str, Tensor] | None,
                  loader: str) -> None:
         self.device = graph.device
+        if node_data is not None and not isinstance(node_data, Mapping):
+            raise TypeError(f"{loader}: node_data must be None or a mapping from name to tensor; got "
+                            f"{type(node_data).__name__}")
+        clash = sorted({"x", "y"} & set(node_data or {}))
+        if clash:
+            raise ValueError(f"{loader}: node_data must not hold {clash}: pass features and labels as x= and y=")
         self.tensors = {"x": x, "y": y, **dict(node_data or {})}
         for name, value in self.tensors.items():
             _check_node_tensor(name, value, graph.num_nodes, loader)
@@ -133,15 +141,15 @@ class SaintLoader:
         normalize_edges: bool = False,
     ) -> None:
         _check_square(graph, "SaintLoader")
-        if not hasattr(sampler, "draw"):
-            raise TypeError(f"SaintLoader: sampler must be a GraphSAINT sampler; got {type(sampler).__name__}")
+        check_sampler("SaintLoader", sampler)
+        check_bools("SaintLoader", normalize_edges=normalize_edges)
         if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
             raise ValueError(f"SaintLoader: num_steps must be an int ≥ 1; got {num_steps!r}")
         if norm not in NORMS:
             raise ValueError(f"SaintLoader: norm must be one of {list(NORMS)}; got {norm!r}")
         if not (_is_finite_number(sample_coverage) and sample_coverage >= 0):
             raise ValueError(f"SaintLoader: sample_coverage must be a finite number ≥ 0; got {sample_coverage!r}")
-        if train_mask is None and node_data is not None:
+        if train_mask is None and isinstance(node_data, Mapping):
             train_mask = node_data.get("train_mask")
         if norm == "paper" and train_mask is None:
             raise ValueError("SaintLoader: norm='paper' samples from the training graph and needs train_mask")
@@ -236,6 +244,7 @@ class NeighborLoader:
         _check_square(graph, "NeighborLoader")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"NeighborLoader: batch_size must be an int ≥ 1; got {batch_size!r}")
+        check_bools("NeighborLoader", shuffle=shuffle, drop_last=drop_last)
         self.graph = graph
         self.sampler = NeighborSampler(num_neighbors, replace=replace, subgraph_type=subgraph_type,
                                        disjoint=disjoint)

@@ -30,10 +30,11 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from graphfuse.checks import check_bools
 from graphfuse.graph import Graph
 from graphfuse.kernels import sampling as sampling_kernels
 from graphfuse.samplers.saint import check_generator
-from graphfuse.samplers.subgraph import _check_square, check_node_ids, expand_ranges, induced_edges
+from graphfuse.samplers.subgraph import _check_square, _induced_edges, check_node_ids, expand_ranges
 
 SUBGRAPH_TYPES = ("directional", "bidirectional", "induced")
 
@@ -85,6 +86,7 @@ def sample_neighbors(
     _check_square(graph, "sample_neighbors")
     check_generator(generator, graph.device, "sample_neighbors")
     nodes = check_node_ids("sample_neighbors", "nodes", nodes, graph)
+    check_bools("sample_neighbors", replace=replace)
     if isinstance(num_neighbors, bool) or not isinstance(num_neighbors, int) or num_neighbors < -1:
         raise ValueError(f"sample_neighbors: num_neighbors must be an int ≥ -1 (-1: all in-edges); got "
                          f"{num_neighbors!r}")
@@ -244,6 +246,7 @@ class NeighborSampler:
         if any(isinstance(k, bool) or not isinstance(k, int) or k < -1 for k in fanouts):
             raise ValueError(f"NeighborSampler: num_neighbors entries must be ints ≥ -1; got {list(fanouts)}")
         object.__setattr__(self, "num_neighbors", fanouts)
+        check_bools("NeighborSampler", replace=self.replace, disjoint=self.disjoint)
         if self.subgraph_type not in SUBGRAPH_TYPES:
             raise ValueError(f"NeighborSampler: subgraph_type must be one of {list(SUBGRAPH_TYPES)}; got "
                              f"{self.subgraph_type!r}")
@@ -303,12 +306,12 @@ class NeighborSampler:
             row, col, e_id = _coalesce(torch.cat([row, col]), torch.cat([col, row]), torch.cat([e_id, e_id]),
                                        n_id.numel())
         elif self.subgraph_type == "induced" and self.disjoint:
-            row, col, e_id = induced_edges(graph, n_id, batch)
+            row, col, e_id = _induced_edges(graph, n_id, batch)
         elif self.subgraph_type == "induced":
             # induced_edges needs distinct nodes: extract on the first row of each node (a repeated seed's
             # later rows get no edges), then map back to rows of n_id (increasing, so the order is kept)
             first = (node_set.local[n_id] == torch.arange(n_id.numel(), device=device)).nonzero().view(-1)
-            row, col, e_id = induced_edges(graph, n_id[first])
+            row, col, e_id = _induced_edges(graph, n_id[first])
             row, col = first[row], first[col]
         return NeighborSample(
             n_id=n_id,

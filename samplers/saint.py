@@ -28,14 +28,25 @@ import torch
 from torch import Tensor
 
 from graphfuse.graph import Graph
-from graphfuse.samplers.subgraph import Subgraph, _check_square, check_node_ids, induced_edges
+from graphfuse.samplers.subgraph import Subgraph, _check_square, _induced_edges, check_node_ids
 
 
 def check_generator(generator: torch.Generator | None, device: torch.device, name: str) -> None:
-    """Raise unless ``generator`` is None or lives on ``device`` (torch needs the generator beside the tensor)."""
+    """Raise unless ``generator`` is None or a ``torch.Generator`` on ``device`` (torch needs the generator beside
+    the tensor)."""
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"{name}: generator must be None or a torch.Generator; got {type(generator).__name__}")
     if generator is not None and torch.device(generator.device).type != device.type:
         raise ValueError(f"{name}: generator is on {generator.device} but the graph is on {device}; create it "
                          f"with torch.Generator(device={str(device)!r})")
+
+
+def check_sampler(name: str, sampler: object) -> None:
+    """Raise TypeError unless ``sampler`` is a GraphSAINT sampler object (one with a ``draw`` method; a sampler
+    class, not yet built, is refused)."""
+    if isinstance(sampler, type) or not callable(getattr(sampler, "draw", None)):
+        raise TypeError(f"{name}: sampler must be a GraphSAINT sampler instance, e.g. SaintNodeSampler(budget=1000); "
+                        f"got {sampler!r}")
 
 
 def _check_positive(name: str, field: str, value: object, minimum: int = 1) -> None:
@@ -102,7 +113,7 @@ class _SaintSampler:
     def __call__(self, graph: Graph, generator: torch.Generator | None = None) -> Subgraph:
         """Draw one node-induced subgraph (node ids sorted; local id = rank)."""
         n_id = torch.unique(self.draw(graph, 1, generator))
-        src, dst, e_id = induced_edges(graph, n_id)
+        src, dst, e_id = _induced_edges(graph, n_id)
         return Subgraph(n_id=n_id, edge_index=torch.stack([src, dst]), e_id=e_id)
 
 

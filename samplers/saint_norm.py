@@ -51,7 +51,8 @@ from graphfuse.data.paths import check_outside_mirror
 from graphfuse.data.seeds import check_seed
 from graphfuse.graph import Graph
 from graphfuse.samplers.fingerprint import graph_fingerprint, tensor_fingerprint
-from graphfuse.samplers.subgraph import Subgraph, _check_square, induced_edges, owned_adjacency
+from graphfuse.samplers.saint import check_sampler
+from graphfuse.samplers.subgraph import Subgraph, _check_square, _induced_edges, owned_adjacency
 
 logger = logging.getLogger(__name__)
 
@@ -104,15 +105,11 @@ def training_subgraph(graph: Graph, train_mask: Tensor) -> TrainingSubgraph:
         train_mask: (N,) bool → train_graph with |V_train| nodes.
     """
     _check_square(graph, "training_subgraph")
-    if not isinstance(train_mask, Tensor):
-        raise TypeError(f"training_subgraph: train_mask must be a torch.Tensor; got {type(train_mask).__name__}")
-    if train_mask.dtype != torch.bool or train_mask.shape != (graph.num_nodes,):
-        raise ValueError(f"training_subgraph: train_mask must be a ({graph.num_nodes},) bool tensor; got "
-                         f"{tuple(train_mask.shape)} {train_mask.dtype}")
+    _check_train_mask("training_subgraph", graph, train_mask)
 
     def build() -> TrainingSubgraph:
         n_id = train_mask.to(graph.device).nonzero().view(-1)
-        src, dst, e_id = induced_edges(graph, n_id)
+        src, dst, e_id = _induced_edges(graph, n_id)
         sub = Subgraph(n_id=n_id, edge_index=torch.stack([src, dst]), e_id=e_id)
         return TrainingSubgraph(Graph(sub.edge_index, num_nodes=sub.num_nodes, validate=False), sub)
 
@@ -139,6 +136,17 @@ def _count_edges_by_bitmask(graph: Graph, nodes: Tensor, group: Tensor, edge_cou
     for begin in range(0, graph.num_edges, _EDGE_BLOCK):
         block = slice(begin, begin + _EDGE_BLOCK)
         edge_count[block] += popcount(bits[src[block]] & bits[dst[block]])
+
+
+def _check_train_mask(name: str, graph: Graph, train_mask: object) -> None:
+    """Raise unless ``train_mask`` is an (N,) bool tensor selecting at least one node."""
+    if not isinstance(train_mask, Tensor):
+        raise TypeError(f"{name}: train_mask must be a torch.Tensor; got {type(train_mask).__name__}")
+    if train_mask.dtype != torch.bool or train_mask.shape != (graph.num_nodes,):
+        raise ValueError(f"{name}: train_mask must be a ({graph.num_nodes},) bool tensor; got "
+                         f"{tuple(train_mask.shape)} {train_mask.dtype}")
+    if not bool(train_mask.any()):
+        raise ValueError(f"{name}: train_mask selects no node")
 
 
 def _check_coverage(name: str, sample_coverage: object) -> None:
@@ -184,6 +192,8 @@ def count_saint_samples(
     Shapes:
         node_count: (N,) int64; edge_count: (E,) int64.
     """
+    _check_square(graph, "count_saint_samples")
+    check_sampler("count_saint_samples", sampler)
     _check_coverage("count_saint_samples", sample_coverage)
     if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
         raise ValueError(f"count_saint_samples: chunk_size must be None or an int ≥ 1; got {chunk_size!r}")
@@ -212,7 +222,7 @@ def count_saint_samples(
                 part = slice(int(bounds[first]), int(bounds[min(first + _BITMASK_GROUPS, used)]))
                 _count_edges_by_bitmask(graph, nodes[part], group[part] - first, edge_count)
         else:
-            _, _, e_id = induced_edges(graph, nodes, group, ordered=False)
+            _, _, e_id = _induced_edges(graph, nodes, group, ordered=False)
             edge_count.index_add_(0, e_id, torch.ones_like(e_id))
         total += int(bounds[used])
         num_samples += used
@@ -249,6 +259,9 @@ def saint_norm_from_counts(
             got = tuple(counts.shape) if isinstance(counts, Tensor) else type(counts).__name__
             raise ValueError(f"saint_norm_from_counts: {name} must be a ({size},) tensor, one count per {unit}; "
                              f"got {got}")
+    if isinstance(num_samples, bool) or not isinstance(num_samples, numbers.Integral) or num_samples < 1:
+        raise ValueError(f"saint_norm_from_counts: num_samples must be an int ≥ 1 (the M of the formulas); got "
+                         f"{num_samples!r}")
     src, dst = graph.edge_index
     counts = node_count.double()
     endpoint = src if norm == "pyg" else dst
@@ -260,6 +273,7 @@ def saint_norm_from_counts(
     else:
         if train_mask is None:
             raise ValueError("saint_norm_from_counts: norm='paper' needs train_mask")
+        _check_train_mask("saint_norm_from_counts", graph, train_mask)
         train_mask = train_mask.to(graph.device)
         node_norm = torch.where(train_mask, num_samples / counts / max(int(train_mask.sum()), 1), 0.0)
         edge_norm = torch.where(train_mask[src] & train_mask[dst], edge_norm, 0.0)
@@ -320,6 +334,7 @@ def compute_saint_norm(
         >>> loss = (sn.node_norm[batch.n_id] * per_node_loss)[batch.train_mask].sum()
     """
     _check_square(graph, "compute_saint_norm")
+    check_sampler("compute_saint_norm", sampler)
     _check_coverage("compute_saint_norm", sample_coverage)
     check_seed("compute_saint_norm", seed)
     if norm not in NORMS:
@@ -327,11 +342,7 @@ def compute_saint_norm(
     if norm == "paper":
         if train_mask is None:
             raise ValueError("compute_saint_norm: norm='paper' samples from the training graph and needs train_mask")
-        if not isinstance(train_mask, Tensor):
-            raise TypeError(f"compute_saint_norm: train_mask must be a torch.Tensor; got {type(train_mask).__name__}")
-        if train_mask.dtype != torch.bool or train_mask.shape != (graph.num_nodes,):
-            raise ValueError(f"compute_saint_norm: train_mask must be a ({graph.num_nodes},) bool tensor; got "
-                             f"{tuple(train_mask.shape)} {train_mask.dtype}")
+        _check_train_mask("compute_saint_norm", graph, train_mask)
     path = key = None
     if cache_dir is not None:
         check_outside_mirror(cache_dir, "compute_saint_norm: cache_dir", "choose a cache_dir outside it")

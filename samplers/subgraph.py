@@ -22,6 +22,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from graphfuse.checks import check_bools
 from graphfuse.graph import Graph
 
 _MAX_TABLE = 1 << 27
@@ -82,6 +83,8 @@ def check_node_ids(name: str, arg: str, nodes: object, graph: Graph) -> Tensor:
     if not isinstance(nodes, Tensor) or nodes.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"{name}: {arg} must be an int64 or int32 tensor of node ids; got "
                         f"{getattr(nodes, 'dtype', type(nodes).__name__)}")  # float ids would be truncated
+    if nodes.dim() != 1:
+        raise ValueError(f"{name}: {arg} must be a 1-D tensor of node ids; got shape {tuple(nodes.shape)}")
     if nodes.device != graph.device:
         raise ValueError(f"{name}: {arg} are on {nodes.device} but the graph is on {graph.device}")
     if nodes.numel():
@@ -171,7 +174,33 @@ def induced_edges(
 
     Shapes:
         nodes, group: (n,) int64 → src, dst, e_id: (e,) int64.
+
+    Raises:
+        TypeError / ValueError: ``nodes`` or ``group`` is not a 1-D integer tensor on the graph's device, a node id
+            is out of range, a group is negative, or a node appears twice in one group.
     """
+    _check_square(graph, "induced_edges")
+    check_bools("induced_edges", ordered=ordered)
+    nodes = check_node_ids("induced_edges", "nodes", nodes, graph)
+    if group is not None:
+        if not isinstance(group, Tensor) or group.dtype not in (torch.int64, torch.int32):
+            raise TypeError(f"induced_edges: group must be None or an int64/int32 tensor; got "
+                            f"{getattr(group, 'dtype', type(group).__name__)}")
+        if group.shape != nodes.shape or group.device != nodes.device:
+            raise ValueError(f"induced_edges: group must have the shape and device of nodes, {tuple(nodes.shape)} on "
+                             f"{nodes.device}; got {tuple(group.shape)} on {group.device}")
+        group = group.long()
+        if group.numel() and int(group.min()) < 0:
+            raise ValueError(f"induced_edges: group ids must be >= 0; got {int(group.min())}")
+    keys = nodes if group is None else group * graph.num_nodes + nodes
+    if torch.unique(keys).numel() != keys.numel():
+        raise ValueError("induced_edges: nodes must be distinct (within each group)")
+    return _induced_edges(graph, nodes, group, ordered=ordered)
+
+
+def _induced_edges(graph: Graph, nodes: Tensor, group: Tensor | None = None, *, ordered: bool = True
+                   ) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`induced_edges` on checked arguments (int64 ids, distinct within a group, on the graph's device)."""
     adjacency = owned_adjacency(graph)
     find = _lookup(nodes, group, graph.num_nodes)
     start = adjacency.ptr[nodes]
@@ -205,5 +234,5 @@ def induced_subgraph(graph: Graph, nodes: Tensor) -> Subgraph:
     _check_square(graph, "induced_subgraph")
     nodes = check_node_ids("induced_subgraph", "nodes", nodes, graph)
     n_id = torch.unique(nodes)
-    src, dst, e_id = induced_edges(graph, n_id)
+    src, dst, e_id = _induced_edges(graph, n_id)
     return Subgraph(n_id=n_id, edge_index=torch.stack([src, dst]), e_id=e_id)

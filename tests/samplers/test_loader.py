@@ -218,6 +218,36 @@ def test_loader_argument_checks():
         SaintLoader(graph, object())
 
 
+def test_switches_samplers_and_node_data_are_checked():
+    """String switches were truthy (replace='no' sampled with replacement), a sampler class passed the draw test
+    and failed when called, and node_data could overwrite x and y or be a list (AttributeError)."""
+    graph = make_graph_case("hub")
+    with pytest.raises(TypeError, match="NeighborSampler: replace must be a bool; got 'no'"):
+        NeighborLoader(graph, [2], replace="no")
+    with pytest.raises(TypeError, match="NeighborSampler: disjoint must be a bool"):
+        NeighborLoader(graph, [2], disjoint=1)
+    with pytest.raises(TypeError, match="NeighborLoader: shuffle must be a bool"):
+        NeighborLoader(graph, [2], shuffle="false")
+    with pytest.raises(TypeError, match="NeighborLoader: drop_last must be a bool"):
+        NeighborLoader(graph, [2], drop_last=None)
+    with pytest.raises(TypeError, match="SaintLoader: normalize_edges must be a bool"):
+        SaintLoader(graph, SaintNodeSampler(5), normalize_edges="no")
+    for bad in (SaintNodeSampler, "node"):
+        with pytest.raises(TypeError, match="SaintLoader: sampler must be a GraphSAINT sampler instance"):
+            SaintLoader(graph, bad)
+        with pytest.raises(TypeError, match="compute_saint_norm: sampler must be a GraphSAINT sampler instance"):
+            compute_saint_norm(graph, bad, sample_coverage=1)
+        with pytest.raises(TypeError, match="count_saint_samples: sampler must be a GraphSAINT sampler instance"):
+            count_saint_samples(graph, bad, 1)
+    x, y, _ = node_data(graph)
+    with pytest.raises(ValueError, match=r"SaintLoader: node_data must not hold \['x'\]"):
+        SaintLoader(graph, SaintNodeSampler(5), x=x, node_data={"x": x + 7})
+    with pytest.raises(ValueError, match=r"NeighborLoader: node_data must not hold \['y'\]"):
+        NeighborLoader(graph, [2], node_data={"y": y})
+    with pytest.raises(TypeError, match="SaintLoader: node_data must be None or a mapping"):
+        SaintLoader(graph, SaintNodeSampler(5), node_data=[x])
+
+
 @pytest.mark.parametrize("bad", [None, "50", float("inf"), float("nan"), -1])
 def test_saint_loader_names_a_bad_sample_coverage(bad):
     """None or a str failed on '<' with a bare TypeError; inf passed every check and raised an OverflowError from

@@ -317,3 +317,22 @@ def test_induced_keeps_edges_when_repeated_seeds_outnumber_the_nodes():
     out = NeighborSampler((0,), subgraph_type="induced")(path, torch.tensor([0, 0, 0, 0, 1, 2]))
     edges = set(map(tuple, out.edge_index.t().tolist()))
     assert edges == {(0, 4), (4, 0), (4, 5), (5, 4)}  # rows 0, 4, 5 are the first rows of nodes 0, 1, 2
+
+
+def test_generators_switches_and_id_ranks_are_checked():
+    """A non-generator failed with "'int' object has no attribute 'device'", replace='no' sampled with
+    replacement, and 2-D ids failed inside torch (sample_neighbors) or came back with a wrong shape (random_walk)."""
+    graph = make_graph_case("hub")
+    seeds = torch.tensor([0, 1])
+    with pytest.raises(TypeError, match="NeighborSampler: generator must be None or a torch.Generator; got int"):
+        NeighborSampler([2])(graph, seeds, 3)
+    with pytest.raises(TypeError, match="SaintNodeSampler|generator must be None or a torch.Generator"):
+        graphfuse.samplers.SaintNodeSampler(3)(graph, 5)
+    with pytest.raises(TypeError, match="sample_neighbors: replace must be a bool"):
+        sample_neighbors(graph, seeds, 2, replace="no")
+    with pytest.raises(TypeError, match="NeighborSampler: replace must be a bool"):
+        NeighborSampler([2], replace="no")
+    with pytest.raises(ValueError, match="sample_neighbors: nodes must be a 1-D tensor"):
+        sample_neighbors(graph, seeds.view(1, 2), -1)
+    with pytest.raises(ValueError, match="random_walk: start must be a 1-D tensor"):
+        graphfuse.samplers.random_walk(graph, seeds.view(1, 2), 2)

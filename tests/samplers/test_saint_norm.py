@@ -314,6 +314,27 @@ def test_bad_arguments_are_named_before_any_work(tmp_path):
             saint_norm_from_counts(graph, node_count, edge_count, 1)
 
 
+def test_train_masks_and_sample_counts_are_checked():
+    """An all-False paper mask gave all-zero coefficients from zero samples; an int mask failed in torch.where,
+    a (1, N) mask with an IndexError; a negative or zero num_samples gave negative or zero node norms."""
+    graph = triangle_with_tail()
+    sampler = SaintRandomWalkSampler(roots=2, walk_length=1)
+    none = torch.zeros(5, dtype=torch.bool)
+    with pytest.raises(ValueError, match="compute_saint_norm: train_mask selects no node"):
+        compute_saint_norm(graph, sampler, sample_coverage=1, norm="paper", train_mask=none)
+    with pytest.raises(ValueError, match="SaintLoader: .*train_mask selects no node|training_subgraph: train_mask selects"):
+        graphfuse.samplers.SaintLoader(graph, sampler, norm="paper", train_mask=none)
+    counts = (torch.ones(5, dtype=torch.long), torch.ones(8, dtype=torch.long))
+    for mask in (torch.ones(5, dtype=torch.long), torch.ones(1, 5, dtype=torch.bool), none):
+        with pytest.raises(ValueError, match="saint_norm_from_counts: train_mask"):
+            saint_norm_from_counts(graph, *counts, 3, "paper", mask)
+    with pytest.raises(TypeError, match="saint_norm_from_counts: train_mask must be a torch.Tensor"):
+        saint_norm_from_counts(graph, *counts, 3, "paper", [True] * 5)
+    for bad in (0, -5, 2.5, True):
+        with pytest.raises(ValueError, match="saint_norm_from_counts: num_samples must be an int ≥ 1"):
+            saint_norm_from_counts(graph, *counts, bad)
+
+
 def test_popcount_matches_python():
     from graphfuse.samplers.saint_norm import popcount
 

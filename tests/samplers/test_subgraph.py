@@ -91,3 +91,27 @@ def test_errors_name_the_argument():
         with pytest.raises(TypeError, match="induced_subgraph: nodes must be an int64 or int32 tensor"):
             induced_subgraph(graph, bad)
     assert torch.equal(induced_subgraph(graph, torch.tensor([3, 1], dtype=torch.int32)).n_id, torch.tensor([1, 3]))
+
+
+def test_induced_edges_checks_its_arguments():
+    """induced_edges checked nothing: a negative group kept edges between groups, a repeated node or an
+    out-of-range id gave wrong edges or an IndexError deep in torch, a 2-D nodes tensor failed in torch."""
+    graph = make_graph_case("unsorted")
+    nodes = torch.tensor([0, 1, 2])
+    with pytest.raises(ValueError, match="induced_edges: group ids must be >= 0"):
+        induced_edges(graph, nodes, torch.tensor([0, -1, 0]))
+    with pytest.raises(ValueError, match="induced_edges: nodes must be distinct"):
+        induced_edges(graph, torch.tensor([0, 1, 0]))
+    with pytest.raises(ValueError, match="induced_edges: group must have the shape and device of nodes"):
+        induced_edges(graph, nodes, torch.tensor([0, 1]))
+    with pytest.raises(TypeError, match="induced_edges: group must be None or an int64/int32 tensor"):
+        induced_edges(graph, nodes, torch.tensor([0.0, 1.0, 0.0]))
+    with pytest.raises(ValueError, match=r"induced_edges: nodes must be node ids in \[0, "):
+        induced_edges(graph, torch.tensor([0, 99]))
+    with pytest.raises(ValueError, match="induced_edges: nodes must be a 1-D tensor"):
+        induced_edges(graph, nodes.view(1, 3))
+    with pytest.raises(TypeError, match="induced_edges: ordered must be a bool"):
+        induced_edges(graph, nodes, ordered="yes")
+    # the same node in two groups is fine
+    src, dst, e_id = induced_edges(graph, torch.tensor([0, 1, 0, 1]), torch.tensor([0, 0, 1, 1]))
+    assert src.numel() == dst.numel() == e_id.numel()

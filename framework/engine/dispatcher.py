@@ -140,6 +140,8 @@ def _choose(op: str, device: torch.device, backend: str | None, deterministic: b
     _check_name(op, name)
     if deterministic is None:
         deterministic = torch.are_deterministic_algorithms_enabled()
+    elif deterministic.__class__ is not bool:
+        _deterministic_type_error(op, deterministic)
     if name == "auto":
         for candidate in _BY_PRIORITY:
             if (
@@ -174,6 +176,10 @@ def _choose(op: str, device: torch.device, backend: str | None, deterministic: b
     return chosen
 
 
+def _deterministic_type_error(op: str, deterministic: object) -> None:
+    raise TypeError(f"{op}: deterministic must be None or a bool; got {deterministic!r}")
+
+
 def _deterministic(backend: Backend, device: torch.device) -> bool:
     """Whether ``backend`` gives bitwise-reproducible results on ``device`` as PyTorch is set now."""
     return device.type in backend.deterministic_on or (  # warn_only: PyTorch may still run atomics
@@ -197,6 +203,8 @@ def resolve_cached(cache: dict, signature: tuple, op: str, device: torch.device,
     torch_flag = torch.are_deterministic_algorithms_enabled()
     if deterministic is None:
         deterministic = torch_flag
+    elif deterministic.__class__ is not bool:
+        _deterministic_type_error(op, deterministic)
     key = (op, _generation, _default_backend if backend is None else backend, deterministic, torch_flag,
            torch.is_deterministic_algorithms_warn_only_enabled(), signature)
     impl = cache.get(key)

@@ -41,14 +41,33 @@ def coo_to_compressed(index: Tensor, other: Tensor, size: int) -> tuple[Tensor, 
     return counts_to_ptr(counts), other[perm], perm
 
 
+def _check_coo(op: str, edge_index: object, size_arg: str, size: object, row: int) -> None:
+    """Raise unless ``edge_index`` is a (2, E) integer tensor whose row ``row`` holds ids in [0, ``size``)."""
+    if not isinstance(edge_index, Tensor) or edge_index.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"{op}: edge_index must be an int64 or int32 tensor; got "
+                        f"{getattr(edge_index, 'dtype', type(edge_index).__name__)}")
+    if edge_index.dim() != 2 or edge_index.size(0) != 2:
+        raise ValueError(f"{op}: edge_index must have shape (2, E); got {tuple(edge_index.shape)}")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise ValueError(f"{op}: {size_arg} must be an int >= 0; got {size!r}")
+    if edge_index.size(1):
+        low, high = (int(v) for v in torch.aminmax(edge_index))
+        top = int(edge_index[row].max())
+        if low < 0 or top >= size:
+            raise ValueError(f"{op}: edge_index ids must be >= 0 and row {row} below {size_arg}={size}; got values in "
+                             f"[{low}, {high}] with row {row} up to {top}")
+
+
 def coo_to_csr(edge_index: Tensor, num_dst: int) -> tuple[Tensor, Tensor, Tensor]:
     """COO → CSR with rows = targets. Returns ``(rowptr, col, perm)``."""
+    _check_coo("coo_to_csr", edge_index, "num_dst", num_dst, 1)
     return coo_to_compressed(edge_index[1], edge_index[0], num_dst)
 
 
 def coo_to_csc(edge_index: Tensor, num_src: int) -> tuple[Tensor, Tensor, Tensor]:
     """COO → CSC with columns = sources, each column's edges in CSR order (by target, then COO position).
     Returns ``(colptr, row, perm)``."""
+    _check_coo("coo_to_csc", edge_index, "num_src", num_src, 0)
     src, dst = edge_index
     by_target = torch.sort(dst, stable=True).indices
     perm = by_target[torch.sort(src[by_target], stable=True).indices]
@@ -57,5 +76,10 @@ def coo_to_csc(edge_index: Tensor, num_src: int) -> tuple[Tensor, Tensor, Tensor
 
 def ptr_to_index(ptr: Tensor) -> Tensor:
     """Expand (n + 1,) offsets into the (E,) group id of every entry (the COO row array of hybrid CSR/COO)."""
+    if not isinstance(ptr, Tensor) or ptr.dtype not in (torch.int64, torch.int32) or ptr.dim() != 1 or not ptr.numel():
+        raise ValueError(f"ptr_to_index: ptr must be a non-empty 1-D int64/int32 tensor of offsets; got "
+                         f"{getattr(ptr, 'dtype', type(ptr).__name__)} {tuple(getattr(ptr, 'shape', ()))}")
     counts = ptr[1:] - ptr[:-1]
+    if counts.numel() and int(counts.min()) < 0:
+        raise ValueError("ptr_to_index: ptr must be non-decreasing")
     return torch.repeat_interleave(torch.arange(counts.numel(), device=ptr.device), counts)

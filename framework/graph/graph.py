@@ -17,6 +17,7 @@ from typing import Any, Callable, NamedTuple
 import torch
 from torch import Tensor
 
+from graphfuse.checks import check_bools
 from graphfuse.graph.convert import coo_to_csc, coo_to_csr, ptr_to_index
 
 
@@ -83,6 +84,7 @@ class Graph:
         validate: bool = True,
     ) -> None:
         edge_index = _check_index(edge_index)
+        check_bools("Graph", validate=validate)
         if num_nodes is not None and (num_src is not None or num_dst is not None):
             raise ValueError("Graph: give either num_nodes or (num_src, num_dst), not both")
         if (num_src is None) != (num_dst is None):

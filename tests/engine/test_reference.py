@@ -248,3 +248,17 @@ def test_deterministic_request_and_default_backend():
     assert graphfuse.engine.get_default_backend() == "auto"
     with pytest.raises(ValueError, match="unknown backend"):
         graphfuse.set_default_backend("nope")
+
+
+def test_deterministic_and_validate_must_be_bools():
+    """deterministic='no' was truthy and asked for deterministic backends; Graph(validate='no') validated."""
+    g = make_graph_case("hub")
+    x = torch.randn(g.num_src, 3)
+    for call in (lambda d: graphfuse.aggregate(g, x, deterministic=d), lambda d: graphfuse.sddmm(g, x, x, deterministic=d),
+                 lambda d: graphfuse.edge_softmax(g, torch.randn(g.num_edges), deterministic=d)):
+        for bad in ("no", 1):
+            with pytest.raises(TypeError, match="deterministic must be None or a bool"):
+                call(bad)
+        assert call(True).shape == call(None).shape
+    with pytest.raises(TypeError, match="Graph: validate must be a bool; got 'no'"):
+        graphfuse.Graph(g.edge_index, validate="no")

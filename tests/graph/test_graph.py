@@ -7,7 +7,15 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm as pyg_gcn_norm
 
 from cases import GRAPH_CASES, make_graph_case
 from graphfuse import Graph, aggregate
-from graphfuse.graph import add_remaining_self_loops, coo_to_csr, gcn_norm, mean_norm, to_dense
+from graphfuse.graph import (
+    add_remaining_self_loops,
+    coo_to_csc,
+    coo_to_csr,
+    gcn_norm,
+    mean_norm,
+    ptr_to_index,
+    to_dense,
+)
 
 
 def test_csr_csc_match_dense(device):
@@ -161,3 +169,20 @@ def test_csc_columns_list_their_edges_in_csr_order():
     assert perm.tolist() == [5, 1, 3, 2, 0, 4]
     assert row.tolist() == [1, 2, 2, 0, 1, 1] and col.tolist() == [0, 0, 1, 2, 2, 2]
     assert torch.equal(g.csr_to_csc, torch.sort(g.csr.col, stable=True).indices)
+
+
+def test_exported_conversions_check_their_input():
+    """coo_to_csr of an id past num_dst returned a longer rowptr without an error; negative ids failed in
+    bincount, a decreasing ptr in repeat_interleave."""
+    with pytest.raises(ValueError, match=r"coo_to_csr: edge_index ids must be >= 0 and row 1 below num_dst=3"):
+        coo_to_csr(torch.tensor([[0], [5]]), 3)
+    with pytest.raises(ValueError, match=r"coo_to_csc: edge_index ids must be >= 0 and row 0 below num_src=3"):
+        coo_to_csc(torch.tensor([[-1], [0]]), 3)
+    with pytest.raises(TypeError, match="coo_to_csr: edge_index must be an int64 or int32 tensor"):
+        coo_to_csr(torch.tensor([[0.0], [1.0]]), 3)
+    with pytest.raises(ValueError, match=r"coo_to_csc: edge_index must have shape \(2, E\)"):
+        coo_to_csc(torch.tensor([0, 1]), 3)
+    with pytest.raises(ValueError, match="ptr_to_index: ptr must be non-decreasing"):
+        ptr_to_index(torch.tensor([0, 3, 1]))
+    assert torch.equal(coo_to_csr(torch.tensor([[0, 1], [1, 2]]), 3)[0], torch.tensor([0, 0, 1, 2]))
+    assert torch.equal(ptr_to_index(torch.tensor([0, 2, 2, 3])), torch.tensor([0, 0, 2]))

@@ -12,11 +12,16 @@ from graphfuse.engine.edge_sampling import EdgeSampling, hash_uniforms, kept_ent
 HUB_DEGREE = 40
 
 
-def hub_graph(degree: int = HUB_DEGREE) -> graphfuse.Graph:
-    """Target 0 receives from sources 1..degree; target 1 from 2 and 3; the other targets from nobody."""
+def hub_graph(degree: int = HUB_DEGREE, shuffled: bool = False) -> graphfuse.Graph:
+    """Target 0 receives from sources 1..degree; target 1 from 2 and 3; the other targets from nobody. In CSR
+    order (each target's sources ascending), CSR positions equal COO edge ids unless ``shuffled`` (the COO
+    columns in a random order, so that mixing the two up shows)."""
     src = torch.cat([torch.arange(1, degree + 1), torch.tensor([2, 3])])
     dst = torch.cat([torch.zeros(degree, dtype=torch.long), torch.tensor([1, 1])])
-    return graphfuse.Graph(torch.stack([src, dst]), num_nodes=degree + 1)
+    edge_index = torch.stack([src, dst])
+    if shuffled:
+        edge_index = edge_index[:, torch.randperm(src.numel(), generator=torch.Generator().manual_seed(0))]
+    return graphfuse.Graph(edge_index, num_nodes=degree + 1)
 
 
 def kept_sources(g: graphfuse.Graph, sampling: EdgeSampling, target: int = 0) -> list[int]:
@@ -27,7 +32,7 @@ def kept_sources(g: graphfuse.Graph, sampling: EdgeSampling, target: int = 0) ->
 @pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min"])
 @pytest.mark.parametrize("strategy", ["bucket", "fastrand", "random"])
 def test_rows_within_the_width_are_exact_and_empty_rows_are_zero(strategy, reduce):
-    g = hub_graph()
+    g = hub_graph(shuffled=True)
     x = torch.randn(g.num_src, 5, dtype=torch.float64)
     w = torch.rand(g.num_edges, dtype=torch.float64) + 0.5
     full = graphfuse.aggregate(g, x, w, reduce)
@@ -86,7 +91,7 @@ def test_random_sum_and_mean_are_unbiased(reduce):
 
 
 def test_multi_head_weights_and_extrema():
-    g = hub_graph()
+    g = hub_graph(shuffled=True)
     x = torch.randn(g.num_src, 2, 3, dtype=torch.float64)
     w = torch.rand(g.num_edges, 2, dtype=torch.float64)
     sampling = EdgeSampling(8, "random", seed=4)
@@ -97,6 +102,8 @@ def test_multi_head_weights_and_extrema():
     torch.testing.assert_close(out[0], messages.max(0).values)
     out = graphfuse.aggregate(g, x, w, "sum", sampling=sampling)
     torch.testing.assert_close(out[0], messages.sum(0) * HUB_DEGREE / 8)
+    one_head = graphfuse.aggregate(g, x[:, 0], w[:, 0], "sum", sampling=sampling)  # (E,) weights
+    torch.testing.assert_close(one_head[0], messages[:, 0].sum(0) * HUB_DEGREE / 8)
 
 
 def test_hash_uniforms_are_deterministic_and_in_range():

@@ -195,13 +195,15 @@ def test_auto_choice_is_memoised_per_graph_and_follows_the_registry():
 
 
 def test_bind_is_memoised_per_signature_and_never_reused_for_another():
-    """A backend's ``bind`` runs once per memo signature (x's dtype and shape, the reduce, which weights); a
-    call with another width, reduce or kind of weights gets its own binding, and a ``bind`` returning None
-    leaves the call to ``ops[op]``."""
+    """A backend's ``bind`` runs once per memo signature (x's dtype and shape, the reduce, which weights, their
+    rank and whether they need a gradient); a call with another width, reduce or kind of weights gets its own
+    binding ((E,) and (E, 1) weights of a one-head x too: the kernel backends bind one-head weights differently),
+    and a ``bind`` returning None leaves the call to ``ops[op]``."""
     binds = []
 
     def bind(op, *, graph, x, edge_weight, reduce):
-        binds.append((tuple(x.shape), reduce, edge_weight is graph.edge_weight))
+        kind = None if edge_weight is None else (edge_weight.dim(), edge_weight.requires_grad)
+        binds.append((tuple(x.shape), reduce, edge_weight is graph.edge_weight, kind))
         if reduce == "min":
             return None
         width = x.size(1)
@@ -221,8 +223,12 @@ def test_bind_is_memoised_per_signature_and_never_reused_for_another():
         assert (graphfuse.aggregate(g, torch.randn(50, 4), w, backend="fake_bound") == 3).all()
         assert (graphfuse.aggregate(g, torch.randn(50, 4), reduce="min", backend="fake_bound") == -1).all()
         assert (graphfuse.aggregate(g, torch.randn(50, 4), reduce="min", backend="fake_bound") == -1).all()
-        assert binds == [((50, 4), "sum", True), ((50, 6), "sum", True), ((50, 4), "sum", False),
-                         ((50, 4), "min", True)]
+        x3 = torch.randn(50, 1, 4)
+        for weights in (w, w.view(-1, 1), w.view(-1, 1), w.clone().requires_grad_(), w.view(-1, 1)):
+            graphfuse.aggregate(g, x3, weights, backend="fake_bound")
+        assert binds == [((50, 4), "sum", True, None), ((50, 6), "sum", True, None), ((50, 4), "sum", False, (1, False)),
+                         ((50, 4), "min", True, None), ((50, 1, 4), "sum", False, (1, False)),
+                         ((50, 1, 4), "sum", False, (2, False)), ((50, 1, 4), "sum", False, (1, True))]
     finally:
         graphfuse.engine.unregister_backend("fake_bound")
 

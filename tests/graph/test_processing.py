@@ -94,6 +94,11 @@ def test_caching_policy_full_graph_once_batches_on_the_fly():
     assert processing.process_gat(g) is gat and g.cached(("add_remaining_self_loops", 1.0), lambda: None) is gat
     assert processing.process_gat(g, add_self_loops=False) is g
     assert processing.process_mean(g) is processing.process_mean(g)
+    # each setting has its own cache entry: GCNConv(improved=True) must not get the A + I graph
+    improved = processing.process_gcn(g, improved=True)
+    assert improved is not first and processing.process_gcn(g, improved=True) is improved
+    assert_same_graph(improved, norm.gcn_norm(g, improved=True))
+    assert_same_graph(processing.process_gcn(g, add_self_loops=False), norm.gcn_norm(g, add_self_loops=False))
 
 
 def test_processed_graph_moves_between_devices():

@@ -40,16 +40,27 @@ def test_labels_are_deterministic_and_isolated_nodes_keep_their_own():
 
 @pytest.mark.parametrize("case", ["hub", "duplicates", "unsorted", "isolated", "no_edges"])
 @pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
-def test_aggregation_on_the_renumbered_graph_matches_up_to_the_order(case, reduce):
+@pytest.mark.parametrize("weighted", [False, True])
+def test_aggregation_on_the_renumbered_graph_matches_up_to_the_order(case, reduce, weighted):
+    """On a random renumbering (cluster_order is the identity on most of these cases) of a weighted or unweighted
+    graph, aggregation gives the original result in the new order."""
     g = make_graph_case(case)
-    order = cluster_order(g)
+    gen = torch.Generator().manual_seed(0)
+    if weighted:
+        g = graphfuse.Graph(g.edge_index, num_nodes=g.num_nodes,
+                            edge_weight=torch.rand(g.num_edges, generator=gen, dtype=torch.float64) + 0.5)
+    order = torch.randperm(g.num_nodes, generator=gen)
     p = permute_nodes(g, order)
-    x = torch.randn(g.num_nodes, 5, dtype=torch.float64)
-    out = graphfuse.aggregate(p, x[order], reduce=reduce)
-    torch.testing.assert_close(out, graphfuse.aggregate(g, x, reduce=reduce)[order])
-    inverse = torch.empty_like(order)
-    inverse[order] = torch.arange(order.numel())
-    assert torch.equal(order[inverse], torch.arange(order.numel()))
+    x = torch.randn(g.num_nodes, 5, generator=gen, dtype=torch.float64)
+    out = graphfuse.aggregate(p, x[order], p.edge_weight, reduce=reduce)
+    torch.testing.assert_close(out, graphfuse.aggregate(g, x, g.edge_weight, reduce=reduce)[order])
+
+
+def test_cluster_order_is_cached_per_iteration_count():
+    g = interleaved_cliques()
+    assert torch.equal(cluster_order(g, 0), torch.arange(g.num_nodes))  # no iteration: every node its own label
+    assert not torch.equal(cluster_order(g), torch.arange(g.num_nodes))
+    assert cluster_order(g) is cluster_order(g) and cluster_order(g, 0) is cluster_order(g, 0)
 
 
 def test_bad_arguments():

@@ -194,6 +194,41 @@ def test_bidirectional_matches_pyg_to_bidirectional(device):
     assert both.edge_index.cpu().tolist() == [ref_row.tolist(), ref_col.tolist()]
 
 
+def test_bidirectional_edges_keep_their_own_ids(device):
+    """Where a sampled edge's reverse is itself a sampled edge (a 2-cycle), the merged edge keeps its own id (the
+    loader gathers edge_weight[e_id]); an added reverse carries the id of the edge it reverses."""
+    two_cycle = graphfuse.Graph(torch.tensor([[1, 0], [0, 1]], device=device), num_nodes=2)
+    out = NeighborSampler([-1, -1], subgraph_type="bidirectional")(two_cycle, torch.tensor([0], device=device))
+    assert out.edge_index.tolist() == [[1, 0], [0, 1]] and out.e_id.tolist() == [0, 1]
+    graph = random_graph(device, seed=4)
+    seeds = torch.tensor([1, 2, 3], device=device)
+    directional = NeighborSampler([4, 3])(graph, seeds, torch.Generator(device=device).manual_seed(0))
+    both = NeighborSampler([4, 3], subgraph_type="bidirectional")(graph, seeds,
+                                                                   torch.Generator(device=device).manual_seed(0))
+    own: dict[tuple[int, int], set[int]] = {}  # the graph has parallel edges: coalesced, one id kept
+    for (s, d), e in zip(directional.edge_index.t().tolist(), directional.e_id.tolist(), strict=True):
+        own.setdefault((s, d), set()).add(e)
+    n_id, coo = both.n_id.tolist(), graph.edge_index.t().tolist()
+    for (s, d), e in zip(both.edge_index.t().tolist(), both.e_id.tolist(), strict=True):
+        if (s, d) in own:
+            assert e in own[(s, d)]
+        else:  # an added reverse
+            assert coo[e] == [n_id[d], n_id[s]] and e in own[(d, s)]
+    assert any((d, s) in own for s, d in own), "the case should hold a sampled edge whose reverse is sampled too"
+
+
+def test_with_replacement_draws_are_uniform():
+    """Each of node 0's 6 in-edges with probability 1/6 per draw (a draw biased to the first or away from the
+    last in-edge passed every other sampler test)."""
+    graph = graphfuse.Graph(torch.stack([torch.arange(1, 7), torch.zeros(6, dtype=torch.long)]), num_nodes=7)
+    trials = 3000
+    hop = sample_neighbors(graph, torch.zeros(trials, dtype=torch.long), 2, replace=True,
+                           generator=torch.Generator().manual_seed(0))
+    observed = torch.bincount(hop.nbr, minlength=7)[1:].double() / hop.nbr.numel()
+    p = 1 / 6
+    assert bool(((observed - p).abs() <= 5 * (p * (1 - p) / hop.nbr.numel()) ** 0.5).all())
+
+
 def test_disjoint_grows_one_tree_per_seed(device):
     graph = random_graph(device, seed=1)
     seeds = torch.tensor([0, 7, 7, 12], device=device)

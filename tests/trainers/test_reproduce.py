@@ -27,9 +27,11 @@ def test_reproduce_one_seed_writes_json_and_markdown(tmp_path, tiny_settings):
     assert entry["seeds"] == [0] and len(entry["test_acc"]) == 1
     assert entry["mean"] == entry["test_acc"][0] and entry["std"] == 0.0
     assert 0.0 <= entry["mean"] <= 1.0 and entry["model"] == "gcn" and entry["device"]
-    assert (tmp_path / "runs" / "gcn_synthetic" / "seed0" / "metrics.json").is_file()
+    metrics = json.loads((tmp_path / "runs" / "gcn_synthetic" / "seed0" / "metrics.json").read_text())
+    assert 0 < metrics["median_epoch_time_s"] and entry["median_epoch_time_s"] == metrics["median_epoch_time_s"]
     table = (out / "accuracy.md").read_text()
-    assert "| gcn_synthetic | gcn | synthetic | 1 |" in table
+    row = next(line for line in table.splitlines() if line.startswith("| gcn_synthetic | gcn | synthetic | 1 |"))
+    assert f"| {entry['median_epoch_time_s'] * 1e3:.1f} |" in row  # the median after the first epoch, no '*'
 
 
 def test_pyg_twins_follow_gcn_and_gat_experiments():

@@ -30,6 +30,7 @@ from bench_spmm import fmt, geomean, graph_specs, time_ms
 from graphfuse.kernels import gar as gar_kernels
 
 KS = [32, 64, 128]
+MAX_REL_ERR = 1e-4  # float32 dot products against float64, relative to the largest |result|
 
 
 def max_rel_err(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, src: torch.Tensor, dst: torch.Tensor,
@@ -46,9 +47,10 @@ def max_rel_err(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, src: torch.
 
 def cusparse_sddmm(g: graphfuse.Graph) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """``(a, b) -> <a[dst_e], b[src_e]>`` in COO order through cuSPARSE's SDDMM (``torch.sparse.sampled_addmm``)
-    on ``g``'s CSR pattern (rows = targets), built once with the CSR → COO permutation."""
+    on ``g``'s CSR pattern (rows = targets, int32 indices as in bench_spmm), built once with the CSR → COO
+    permutation."""
     csr = g.csr
-    pattern = torch.sparse_csr_tensor(csr.rowptr, csr.col, torch.ones(g.num_edges, device=csr.col.device),
+    pattern = torch.sparse_csr_tensor(csr.rowptr.int(), csr.col.int(), torch.ones(g.num_edges, device=csr.col.device),
                                       size=(g.num_dst, g.num_src))
     to_coo = torch.argsort(csr.perm)
     return lambda a, b: torch.sparse.sampled_addmm(pattern, a, b.t(), beta=0.0).values().index_select(0, to_coo)
@@ -72,9 +74,13 @@ def bench_graph(name: str, ei: torch.Tensor, n: int, ks: list[int], repeats: int
             "cusparse": lambda: cusparse(a, b),
             "pytorch": lambda: (a.index_select(0, dst) * b.index_select(0, src)).sum(-1),
         }
-        row = {"max_rel_err_vs_fp64": max_rel_err(calls["hp_sddmm"](), a, b, src, dst),
-               "cusparse_max_rel_err_vs_fp64": max_rel_err(calls["cusparse"](), a, b, src, dst),
-               "ms": {c: time_ms(fn, repeats) for c, fn in calls.items()}}
+        errs = {c: max_rel_err(fn()[1] if c == "gar_sddmm" else fn(), a, b, src, dst) for c, fn in calls.items()}
+        wrong = [c for c, e in errs.items() if not e <= MAX_REL_ERR]  # checked before timing: NaN is wrong too
+        for c in wrong:
+            print(f"  K={k} {c}: WRONG OUTPUT (max rel err {errs[c]:.2e}); left out of the timings", flush=True)
+        row = {"max_rel_err_vs_fp64": errs["hp_sddmm"], "cusparse_max_rel_err_vs_fp64": errs["cusparse"],
+               "max_rel_errs_vs_fp64": errs, "wrong": wrong,
+               "ms": {c: None if c in wrong else time_ms(fn, repeats) for c, fn in calls.items()}}
         ms = row["ms"]
         for base in ("pytorch", "cusparse"):
             row[f"speedup_vs_{base}"] = None if None in (ms["hp_sddmm"], ms[base]) else ms[base] / ms["hp_sddmm"]
@@ -98,6 +104,10 @@ def markdown(report: dict) -> str:
                          f"{fmt(ms['gar_sddmm'])} | {fmt(ms.get('cusparse'))} | {fmt(r.get('speedup_vs_cusparse'), 2)} | "
                          f"{fmt(ms['pytorch'])} | {fmt(r['speedup_vs_pytorch'], 2)} | {r['max_rel_err_vs_fp64']:.1e} |")
     lines += ["", "## Summary", ""]
+    wrong = [f"{gr['name']} K={k} {c}" for gr in report["graphs"] for k, r in gr["results"].items()
+             for c in r.get("wrong", [])]
+    lines.append(f"- every output checked against float64 before timing (max rel err <= {MAX_REL_ERR:g}): " +
+                 (f"WRONG, left out of the timings: {', '.join(wrong)}" if wrong else "all correct"))
     for k, bases in report["summary"].items():
         for base, (gm, worst, cells) in bases.items():
             lines.append(f"- K={k}: HP-SDDMM vs {base} on the RMAT graphs, geometric mean {fmt(gm, 2)}x, worst "

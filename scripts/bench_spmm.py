@@ -38,6 +38,8 @@ from torch_geometric.utils import to_undirected
 
 import graphfuse
 from bench_graphs import read_edge_csv, read_mtx, rmat, write_report
+from graphfuse.engine import reference
+from graphfuse.engine.edge_sampling import kept_entries
 
 KS = [32, 41, 64, 128, 256, 602]
 OURS = ["gespmm", "gespmm_mean", "gespmm_max", "gar", "gas", "hpspmm", "es64"]
@@ -199,6 +201,44 @@ def contestants(g: graphfuse.Graph, a: torch.Tensor, x: torch.Tensor, w: torch.T
     }
 
 
+def output_problems(g: graphfuse.Graph, a: torch.Tensor, x: torch.Tensor, calls: dict,
+                    order: torch.Tensor | None = None) -> dict[str, str]:
+    """Each contestant's output checked before it is timed (a wrong answer is not a speed): sums against
+    cuSPARSE within the float32 summation bound ``1e-4 · (|A| |x|) + 1e-6`` (GCN weights are positive, so
+    ``|A| = A``), the mean against it divided by the in-degree, the max (to 1e-6 relative) against the
+    reference backend on 256 random rows, ES-SpMM on the rows it computes exactly (degree <= S), the renumbered
+    graph's output in the renumbered order. Returns the contestants that failed, with the worst excess."""
+    ref = torch.sparse.mm(a, x)
+    bound = torch.sparse.mm(a, x.abs()).mul_(1e-4).add_(1e-6)
+    deg = g.in_degree.clamp(min=1).to(x.dtype).unsqueeze(1)
+    rows = torch.randperm(g.num_dst, generator=torch.Generator().manual_seed(0))[:256].to(x.device)
+    local = torch.full((g.num_dst,), -1, dtype=torch.long, device=x.device)
+    local[rows] = torch.arange(rows.numel(), device=x.device)
+    src, dst = g.edge_index
+    picked = local[dst] >= 0
+    sub = graphfuse.Graph(torch.stack([src[picked], local[dst[picked]]]), num_src=g.num_src, num_dst=rows.numel())
+    ref_max = reference.aggregate(sub, x, g.edge_weight[picked], "max")  # float32 products, as the kernel's
+    exact = g.in_degree <= ES_WIDTH
+    problems = {}
+    for name, fn in calls.items():
+        out = fn()
+        if name == "gespmm_max":
+            got, want, tol = out[rows], ref_max, 1e-6 * ref_max.abs()
+        elif name == "gespmm_mean":
+            got, want, tol = out, ref / deg, bound / deg
+        elif name == "es64":
+            got, want, tol = out[exact], ref[exact], bound[exact]
+        elif name == "gespmm_reordered":
+            got, want, tol = out, ref[order], bound[order]
+        else:
+            got, want, tol = out, ref, bound
+        excess = float(((got.double() - want.double()).abs() - tol.double()).max()) if got.numel() else -1.0
+        if not (excess <= 0 and bool(torch.isfinite(out).all())):
+            problems[name] = f"max excess over the bound {excess:.3e}"
+        del out, got, want, tol
+    return problems
+
+
 def reordered(g: graphfuse.Graph) -> tuple[graphfuse.Graph, torch.Tensor, float]:
     """The graph renumbered by graph clustering, the order, and the one-off cost in seconds (clustering,
     renumbering and the renumbered graph's CSR/CSC)."""
@@ -219,7 +259,9 @@ def bench_graph(name: str, ei: torch.Tensor, n: int, ks: list[int], repeats: int
     a = torch.sparse_csr_tensor(csr.rowptr.int(), csr.col.int(), w[csr.perm], size=(n, n))
     nnz = ei.size(1)
     deg = g.in_degree
+    kept = kept_entries(csr, graphfuse.EdgeSampling(ES_WIDTH, "random"))[0].numel()
     record = {"name": name, "nodes": n, "nnz": nnz, "max_in_degree": int(deg.max()), "results": {},
+              "es_kept_fraction": kept / max(nnz, 1),
               "eager_samples": repeats * (SMALL_FACTOR if nnz < SMALL_NNZ else 1)}
     if reorder:
         gr, order, record["reorder_s"] = reordered(g)
@@ -232,19 +274,26 @@ def bench_graph(name: str, ei: torch.Tensor, n: int, ks: list[int], repeats: int
         ref = torch.sparse.mm(a, x)
         got = graphfuse.aggregate(g, x, reduce="sum", backend="gespmm")
         err = float((got - ref).abs().max() / ref.abs().max().clamp(min=1e-30))
+        ref = got = None
+        problems = output_problems(g, a, x, calls, order if reorder else None)
+        for cname, problem in problems.items():  # recorded, not timed
+            print(f"  K={k} {cname}: WRONG OUTPUT ({problem}); left out of the timings", flush=True)
+            calls.pop(cname)
         floor_bytes = nnz * 8 + (n + 1) * 8 + 2 * n * k * 4
         floor_ms = floor_bytes / (bw * 1e9) * 1e3
-        row = {"max_rel_err_vs_cusparse": err, "floor_ms": floor_ms, "ms": {}, "gflops": {}, "floor_fraction": {},
-               "quartiles_ms": {}}
+        row = {"max_rel_err_vs_cusparse": err, "output_problems": problems, "floor_ms": floor_ms, "ms": {},
+               "gflops": {}, "floor_fraction": {}, "quartiles_ms": {}}
+        for cname in problems:
+            row["ms"][cname] = row["quartiles_ms"][cname] = row["gflops"][cname] = row["floor_fraction"][cname] = None
         for cname, samples in interleaved_samples(calls, record["eager_samples"]).items():
             ms = None if samples is None else statistics.median(samples)
             row["ms"][cname] = ms
             row["quartiles_ms"][cname] = None if samples is None else statistics.quantiles(samples, n=4)
             row["gflops"][cname] = None if ms is None else 2 * nnz * k / (ms * 1e-3) / 1e9
             row["floor_fraction"][cname] = None if ms is None else floor_ms / ms
-        row["graph_replay_ms"] = {c: graph_replay_ms(calls[c], repeats) for c in REPLAYED}
+        row["graph_replay_ms"] = {c: graph_replay_ms(calls[c], repeats) if c in calls else None for c in REPLAYED}
         record["results"][str(k)] = row
-        x = xr = ref = got = calls = None
+        x = xr = calls = None
         torch.cuda.empty_cache()
     return record
 
@@ -346,6 +395,8 @@ def summarise(graphs: list[dict]) -> dict:
     summary["hpspmm"] = speedup_summary(graphs, "hpspmm", HP_KS, prefixes=("subgraph", "RMAT"))
     summary["es"] = {gr["name"]: {k: speedup(row["ms"], "es64") for k, row in gr["results"].items()}
                      for gr in graphs if gr["name"].startswith("RMAT s18 57M")}
+    summary["es_kept_fraction"] = {gr["name"]: gr.get("es_kept_fraction") for gr in graphs
+                                   if gr["name"].startswith("RMAT s18 57M")}
     for gr in graphs:
         for k, row in gr["results"].items():
             ms = row["ms"]
@@ -436,8 +487,16 @@ def markdown(report: dict) -> str:
                      f"{hp['geomean']:.2f}x ({per_k}); worst cell {w['speedup']:.2f}x on {w['graph']} at K={w['K']}"
                      f"{left_out}")
     for name, per_k in s.get("es", {}).items():
-        lines.append(f"- ES-SpMM S={ES_WIDTH} (random) vs cuSPARSE on {name}: " + ", ".join(
-            f"K={k} {fmt(v, 2)}x" for k, v in per_k.items()))
+        kept = s.get("es_kept_fraction", {}).get(name)
+        work = f"it keeps {kept:.0%} of the entries, " if kept else ""
+        lines.append(f"- ES-SpMM S={ES_WIDTH} (random) vs exact cuSPARSE on {name} ({work}at most {ES_WIDTH} per row: "
+                     "an approximation, so this is less work, not a faster exact SpMM): " + ", ".join(
+                         f"K={k} {fmt(v, 2)}x" for k, v in per_k.items()))
+    wrong = [f"{gr['name']} K={k} {c}" for gr in report["graphs"] for k, row in gr["results"].items()
+             for c in row.get("output_problems", {})]
+    lines.append("- outputs checked before timing (sums within the float32 bound of cuSPARSE, max against the "
+                 "reference on 256 rows, ES-SpMM on its exact rows): " +
+                 (f"WRONG, left out of the timings: {', '.join(wrong)}" if wrong else "all correct"))
     if report.get("host_overhead_us"):
         lines.append("- host cost per call, Cora-sized graph, K=64 (us): " + ", ".join(
             f"{name} {value:.1f}" for name, value in report["host_overhead_us"].items()))

@@ -45,3 +45,41 @@ def test_write_report_takes_the_commit_from_the_environment(bench_graphs, tmp_pa
     monkeypatch.setenv("GRAPHFUSE_COMMIT", "1873d31")
     bench_graphs.write_report({}, tmp_path / "r.json", tmp_path / "r.md", lambda r: "t")
     assert json.loads((tmp_path / "r.json").read_text())["commit"] == "1873d31"
+
+
+def test_bench_spmm_checks_every_output_before_timing(monkeypatch):
+    """bench_spmm compared only GE-SpMM sum with cuSPARSE (and only recorded the error): a contestant giving a
+    wrong answer was timed like the others."""
+    import torch
+
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    bench = importlib.import_module("bench_spmm")
+    import graphfuse
+
+    n = 300
+    gen = torch.Generator().manual_seed(0)
+    ei = torch.randint(0, n, (2, 3000), generator=gen)
+    ei = torch.cat([ei, torch.stack([torch.arange(100), torch.zeros(100, dtype=torch.long)])], 1)  # a hub > S
+    w = bench.gcn_weights(ei, n)
+    g = graphfuse.Graph(ei, num_nodes=n, edge_weight=w)
+    a = torch.sparse_csr_tensor(g.csr.rowptr, g.csr.col, w[g.csr.perm], size=(n, n))
+    x = torch.randn(n, 7, generator=gen)
+    order = torch.randperm(n, generator=gen)
+    gr = graphfuse.graph.permute_nodes(g, order)
+    right = {
+        "cusparse": lambda: torch.sparse.mm(a, x),
+        "gespmm": lambda: graphfuse.aggregate(g, x),
+        "gespmm_mean": lambda: graphfuse.aggregate(g, x, reduce="mean"),
+        "gespmm_max": lambda: graphfuse.aggregate(g, x, reduce="max"),
+        "es64": lambda: graphfuse.aggregate(g, x, sampling=graphfuse.EdgeSampling(bench.ES_WIDTH, "random")),
+        "gespmm_reordered": lambda: graphfuse.aggregate(gr, x[order]),
+    }
+    assert bench.output_problems(g, a, x, right, order) == {}
+    wrong = {
+        "gas": lambda: graphfuse.aggregate(g, x) * 1.001,
+        "gespmm_max": lambda: graphfuse.aggregate(g, x, reduce="max").roll(1, 0),
+        "es64": lambda: graphfuse.aggregate(g, x, reduce="mean"),
+        "gespmm_reordered": lambda: graphfuse.aggregate(gr, x),
+        "hpspmm": lambda: torch.full((n, 7), float("nan")),
+    }
+    assert set(bench.output_problems(g, a, x, wrong, order)) == set(wrong)

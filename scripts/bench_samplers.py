@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -39,7 +40,7 @@ import torch
 import torch.nn.functional as F
 
 import graphfuse
-from bench_graphs import write_report
+from bench_graphs import git_commit, write_report
 from graphfuse.data import load_dataset
 from graphfuse.data.synthetic import rmat_graph
 from graphfuse.nn import GraphSAGE
@@ -210,7 +211,11 @@ def bench_workload(work: Workload, device: str, args: argparse.Namespace) -> lis
 
 # ------------------------------------------------------------------------------------------ output
 def merge(path: Path, new: list[dict], meta: dict) -> dict:
+    """The rows of ``path`` with ``new`` rows replacing those of the same device, graph and sampler. Each new row
+    carries its own date, versions and commit (``measured``): a merge keeps older rows, which ``meta`` (this
+    run's) would otherwise relabel."""
     old = json.loads(path.read_text()) if path.exists() else {"results": []}
+    new = [{**r, "measured": meta} for r in new]
     def key(r):
         return (r["device_name"], r["graph"], r["sampler"])
     fresh = {key(r) for r in new}
@@ -218,17 +223,24 @@ def merge(path: Path, new: list[dict], meta: dict) -> dict:
     return {"meta": meta, "results": sorted(results, key=lambda r: (r["graph"], r["device"], r["sampler"]))}
 
 
+def _measured(row: dict) -> str:
+    """When, with which torch and at which commit a row was measured ('–' for rows from before rows said so)."""
+    m = row.get("measured")
+    return "–" if m is None else f"{m['date'][:10]}, torch {m['torch']}, {m['commit']}"
+
+
 def markdown(report: dict) -> str:
     lines = [
         "# Sampler benchmark",
         "",
-        (f"Written by `scripts/bench_samplers.py` ({report['meta']['date']}, torch {report['meta']['torch']}). "
+        (f"Written by `scripts/bench_samplers.py` (latest run {report['meta']['date']}, torch {report['meta']['torch']}; "
+        "each row's own run in its last column). "
         "A batch includes drawing, subgraph extraction and feature/label gathering on the device. "
         f"Normalisation pre-sampling at coverage {COVERAGE}. Training step: GraphSAGE, hidden 256, Adam."),
         "",
         ("| graph | device | sampler | ms / batch (mean) | median | batches / s | batch nodes | batch edges "
-        "| train step ms | sampling share | norm pre-sampling s |"),
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| train step ms | sampling share | norm pre-sampling s | measured |"),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def fmt(value, spec: str) -> str:
@@ -239,7 +251,7 @@ def markdown(report: dict) -> str:
             f"| {r['graph']} | {r['device_name']} | {r['sampler']} | {r['ms_per_batch']:.2f} | "
             f"{r['ms_per_batch_median']:.2f} | {r['batches_per_s']:.1f} | {r['batch_nodes']:,} | "
             f"{r['batch_edges']:,} | {fmt(r.get('train_step_ms'), '.2f')} | {fmt(r.get('sampling_share'), '.0%')} | "
-            f"{fmt(r.get('norm_presampling_s'), '.2f')} |"
+            f"{fmt(r.get('norm_presampling_s'), '.2f')} | {_measured(r)} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -282,7 +294,8 @@ def main() -> None:
                 torch.cuda.empty_cache()
 
     meta = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "torch": torch.__version__, "cuda": torch.version.cuda}
+            "torch": torch.__version__, "cuda": torch.version.cuda,
+            "commit": os.environ.get("GRAPHFUSE_COMMIT") or git_commit()}
     report = merge(args.out, results, meta)
     write_report(report, args.out, args.md, markdown)
     print(f"wrote {args.out} and {args.md}")

@@ -9,14 +9,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# folder → graphfuse subpackages its modules may import (beyond their own)
+# folder → graphfuse subpackages its modules may import (beyond their own); graphfuse.checks, the shared
+# argument checks, imports nothing of ours, so every framework layer may use it
 ALLOWED = {
     "kernels": set(),
-    "framework/graph": {"graphfuse.graph"},
-    "framework/engine": {"graphfuse.graph", "graphfuse.engine", "graphfuse.kernels"},
-    "framework/nn": {"graphfuse.graph", "graphfuse.engine", "graphfuse.nn"},
-    "framework/data": {"graphfuse.graph", "graphfuse.data"},
-    "samplers": {"graphfuse.graph", "graphfuse.data", "graphfuse.samplers", "graphfuse.kernels"},
+    "framework/graph": {"graphfuse.checks", "graphfuse.graph"},
+    "framework/engine": {"graphfuse.checks", "graphfuse.graph", "graphfuse.engine", "graphfuse.kernels"},
+    "framework/nn": {"graphfuse.checks", "graphfuse.graph", "graphfuse.engine", "graphfuse.nn"},
+    "framework/data": {"graphfuse.checks", "graphfuse.graph", "graphfuse.data"},
+    "samplers": {"graphfuse.checks", "graphfuse.graph", "graphfuse.data", "graphfuse.samplers", "graphfuse.kernels"},
 }
 TOP_LEVEL = {"graphfuse.graph", "graphfuse.engine", "graphfuse.nn", "graphfuse.data"}
 
@@ -50,6 +51,10 @@ def test_import_direction(folder):
         for name in graphfuse_imports(path):
             assert name != "omegaconf", f"{path}: only trainers/ may import omegaconf"
             assert subpackage(name) in ALLOWED[folder], f"{path} imports {name}, against the import direction"
+
+
+def test_checks_import_nothing_of_ours():
+    assert graphfuse_imports(ROOT / "framework" / "checks.py") == set()
 
 
 def test_nothing_imports_trainers():

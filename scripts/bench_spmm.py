@@ -207,7 +207,8 @@ def output_problems(g: graphfuse.Graph, a: torch.Tensor, x: torch.Tensor, calls:
     cuSPARSE within the float32 summation bound ``1e-4 · (|A| |x|) + 1e-6`` (GCN weights are positive, so
     ``|A| = A``), the mean against it divided by the in-degree, the max (to 1e-6 relative) against the
     reference backend on 256 random rows, ES-SpMM on the rows it computes exactly (degree <= S), the renumbered
-    graph's output in the renumbered order. Returns the contestants that failed, with the worst excess."""
+    graph's output in the renumbered order. Returns the contestants that failed, with the worst excess (one out
+    of memory is left to the timing, which records it)."""
     ref = torch.sparse.mm(a, x)
     bound = torch.sparse.mm(a, x.abs()).mul_(1e-4).add_(1e-6)
     deg = g.in_degree.clamp(min=1).to(x.dtype).unsqueeze(1)
@@ -221,7 +222,11 @@ def output_problems(g: graphfuse.Graph, a: torch.Tensor, x: torch.Tensor, calls:
     exact = g.in_degree <= ES_WIDTH
     problems = {}
     for name, fn in calls.items():
-        out = fn()
+        try:
+            out = fn()
+        except torch.cuda.OutOfMemoryError:  # timed (and recorded) as out of memory
+            torch.cuda.empty_cache()
+            continue
         if name == "gespmm_max":
             got, want, tol = out[rows], ref_max, 1e-6 * ref_max.abs()
         elif name == "gespmm_mean":

@@ -361,7 +361,8 @@ def bench_gar_training(ei: torch.Tensor, n: int, k: int, repeats: int) -> dict:
 
 
 def overhead_report(data: Path | None) -> dict:
-    """Per-call host cost on a small graph (Cora-sized, K=64): the public op, the bare launcher, cuSPARSE."""
+    """Per-call host cost on a small graph (Cora-sized, K=64): the public op (its plan cached on the graph), the
+    launcher function ``spmm.gespmm`` (which builds a plan on every call, hence slower than the op), cuSPARSE."""
     from graphfuse.kernels import spmm as spmm_kernels
 
     ei, n = uniform_graph(2708, 5300, 9, "cuda")
@@ -373,7 +374,7 @@ def overhead_report(data: Path | None) -> dict:
     col32, wv = csr.col.int(), w[csr.perm].contiguous()
     return {
         "aggregate_gespmm": host_overhead_us(lambda: graphfuse.aggregate(g, x, reduce="sum", backend="gespmm")),
-        "launcher_gespmm": host_overhead_us(lambda: spmm_kernels.gespmm(csr.rowptr, col32, x, wv, validate=False)),
+        "launcher_gespmm_plan_per_call": host_overhead_us(lambda: spmm_kernels.gespmm(csr.rowptr, col32, x, wv, validate=False)),
         "cusparse": host_overhead_us(lambda: torch.sparse.mm(a, x)),
         "empty_like": host_overhead_us(lambda: torch.empty_like(x)),
     }

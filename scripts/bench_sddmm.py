@@ -45,6 +45,18 @@ def max_rel_err(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, src: torch.
     return err / max(peak, 1e-30)
 
 
+def checked_error(fn: Callable[[], object], name: str, a: torch.Tensor, b: torch.Tensor, src: torch.Tensor,
+                  dst: torch.Tensor) -> float | None:
+    """:func:`max_rel_err` of a contestant's output, checked before it is timed (None when it runs out of memory:
+    the timing records that)."""
+    try:
+        out = fn()
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return None
+    return max_rel_err(out[1] if name == "gar_sddmm" else out, a, b, src, dst)
+
+
 def cusparse_sddmm(g: graphfuse.Graph) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """``(a, b) -> <a[dst_e], b[src_e]>`` in COO order through cuSPARSE's SDDMM (``torch.sparse.sampled_addmm``)
     on ``g``'s CSR pattern (rows = targets, int32 indices as in bench_spmm), built once with the CSR → COO
@@ -74,8 +86,8 @@ def bench_graph(name: str, ei: torch.Tensor, n: int, ks: list[int], repeats: int
             "cusparse": lambda: cusparse(a, b),
             "pytorch": lambda: (a.index_select(0, dst) * b.index_select(0, src)).sum(-1),
         }
-        errs = {c: max_rel_err(fn()[1] if c == "gar_sddmm" else fn(), a, b, src, dst) for c, fn in calls.items()}
-        wrong = [c for c, e in errs.items() if not e <= MAX_REL_ERR]  # checked before timing: NaN is wrong too
+        errs = {c: checked_error(fn, c, a, b, src, dst) for c, fn in calls.items()}
+        wrong = [c for c, e in errs.items() if e is not None and not e <= MAX_REL_ERR]  # NaN is wrong too
         for c in wrong:
             print(f"  K={k} {c}: WRONG OUTPUT (max rel err {errs[c]:.2e}); left out of the timings", flush=True)
         row = {"max_rel_err_vs_fp64": errs["hp_sddmm"], "cusparse_max_rel_err_vs_fp64": errs["cusparse"],

@@ -1,7 +1,7 @@
 """Graph-processing benchmark: the fused GPU stage against the PyTorch / PyG way of doing the same work.
 
-Per processed graph it records wall time (median of ``--repeats`` synchronised runs after warm-up: the
-stage is launch-bound on small graphs, so host time counts) and the number of CUDA kernel launches
+Per processed graph it records wall time (median of ``--repeats`` synchronised runs after warm-up, in rounds
+interleaved between ours and the other way: the stage is launch-bound on small graphs, so host time counts) and the number of CUDA kernel launches
 (``torch.profiler``, CuPy launches included; memcpy / memset reported apart), for
 
 - ``gcn``: D^-1/2 (A + I) D^-1/2 with CSR, CSC (each with its expanded row / column index and an int32 index
@@ -51,6 +51,7 @@ from graphfuse.engine import gat_aggregate, gat_attention, gat_scores
 from graphfuse.graph import ptr_to_index
 
 HEADS, CHANNELS = 4, 16
+ROUNDS = 4  # interleaved timing rounds (see interleaved_wall_ms)
 SMALL = ("cora", "facebook 20K subgraph", "RMAT s18-57M 20K subgraph", "RMAT s18-4M 20K subgraph")  # acceptance: launches and speed
 
 
@@ -137,21 +138,39 @@ def pyg_attention(ei: torch.Tensor, n: int, a_src: torch.Tensor, a_dst: torch.Te
 # ------------------------------------------------------------------------------------------ measurement
 def wall_ms(fn: Callable[[], object], repeats: int, warmup: int = 3) -> float | None:
     """Median synchronised wall time in ms (None on out-of-memory)."""
-    try:
-        for _ in range(warmup):
-            fn()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(repeats):
+    return interleaved_wall_ms({"fn": fn}, repeats, rounds=1, warmup=warmup)["fn"]
+
+
+def interleaved_wall_ms(calls: dict[str, Callable[[], object]], repeats: int, rounds: int = ROUNDS,
+                        warmup: int = 3) -> dict[str, float | None]:
+    """Median synchronised wall time in ms of each call (None on out-of-memory) over ``repeats`` runs taken in
+    ``rounds`` rounds interleaved over the calls, so that a stretch of host noise on the lent machine falls on
+    both sides of a ratio (timed one after the other, the same code's ratio moved by 25% between two runs)."""
+    times: dict[str, list[float] | None] = {}
+    for name, fn in calls.items():
+        try:
+            for _ in range(warmup):
+                fn()
             torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            fn()
-            torch.cuda.synchronize()
-            times.append((time.perf_counter() - t0) * 1e3)
-        return statistics.median(times)
-    except torch.cuda.OutOfMemoryError:
-        torch.cuda.empty_cache()
-        return None
+            times[name] = []
+        except torch.cuda.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            times[name] = None
+    for _ in range(rounds):
+        for name, fn in calls.items():
+            if times[name] is None:
+                continue
+            try:
+                for _ in range(-(-repeats // rounds)):
+                    torch.cuda.synchronize()
+                    t0 = time.perf_counter()
+                    fn()
+                    torch.cuda.synchronize()
+                    times[name].append((time.perf_counter() - t0) * 1e3)
+            except torch.cuda.OutOfMemoryError:
+                torch.cuda.empty_cache()
+                times[name] = None
+    return {name: None if t is None else statistics.median(t) for name, t in times.items()}
 
 
 OUR_KERNEL_PREFIXES = ("gp_", "rs_", "gat_", "gespmm", "gar_", "gas_")
@@ -201,8 +220,10 @@ def launches(fn: Callable[[], object]) -> dict:
                 profiler_missed_cupy=missed, kernel_names=names)
 
 
-def measure(fn: Callable[[], object], repeats: int) -> dict:
-    return dict(ms=wall_ms(fn, repeats), **launches(fn))
+def measure(calls: dict[str, Callable[[], object]], repeats: int) -> dict:
+    """Each call's interleaved wall time and kernel launches, by name."""
+    ms = interleaved_wall_ms(calls, repeats)
+    return {name: dict(ms=ms[name], **launches(fn)) for name, fn in calls.items()}
 
 
 # ------------------------------------------------------------------------------------------ checks
@@ -228,11 +249,10 @@ def bench_graph(name: str, ei: torch.Tensor, n: int, repeats: int, train: bool) 
     def ours_gat_graph():
         return graphfuse.graph.add_remaining_self_loops(Graph(ei, num_nodes=n, validate=False), backend="fused")
 
-    record["results"]["gcn"] = dict(ours=measure(ours_gcn, repeats), pytorch=measure(lambda: pytorch_gcn(ei, n),
-                                                                                          repeats))
+    record["results"]["gcn"] = measure({"ours": ours_gcn, "pytorch": lambda: pytorch_gcn(ei, n)}, repeats)
     record["results"]["gcn"]["check"] = check_gcn(ours_gcn(), pytorch_gcn(ei, n))
-    record["results"]["gat_graph"] = dict(ours=measure(ours_gat_graph, repeats),
-                                          pytorch=measure(lambda: pytorch_gat_graph(ei, n), repeats))
+    record["results"]["gat_graph"] = measure({"ours": ours_gat_graph, "pytorch": lambda: pytorch_gat_graph(ei, n)},
+                                             repeats)
     torch.cuda.empty_cache()
 
     g = ours_gat_graph()
@@ -248,7 +268,7 @@ def bench_graph(name: str, ei: torch.Tensor, n: int, repeats: int, train: bool) 
     def pyg_attention_fwd():
         return pyg_attention(pyg_ei, n, (h * att_src).sum(-1), (h * att_dst).sum(-1))
 
-    att = dict(ours=measure(ours_attention, repeats), pyg=measure(pyg_attention_fwd, repeats))
+    att = measure({"ours": ours_attention, "pyg": pyg_attention_fwd}, repeats)
     ref = pyg_attention_fwd()
     att["max_abs_diff_vs_pyg"] = float((ours_attention() - ref).abs().max())  # same edge order: PyG's loops
     record["results"]["gat_attention_fwd"] = att
@@ -355,7 +375,8 @@ def markdown(report: dict) -> str:
         f"# Graph-processing benchmark ({report['device']})",
         "",
         (f"torch {report['torch']}, cupy {report['cupy']}, torch_geometric {report['pyg']}, {report['date']}. "
-         f"Median synchronised wall time of {report['repeats']} runs after warm-up (ms); launches = CUDA kernels "
+         f"Median synchronised wall time of {report['repeats']} runs after warm-up (ms), in {ROUNDS} rounds "
+         "interleaved between ours and the PyTorch/PyG way; launches = CUDA kernels "
          "per call (torch.profiler; memcpy/memset apart). x = PyTorch-way time / ours."),
         "",
         "| graph | nodes | edges | pipeline | ours ms | launches | PyTorch/PyG ms | launches | x |",
@@ -387,7 +408,7 @@ def main() -> None:
                         "facebook_edges.csv")
     parser.add_argument("--out", type=Path, default=Path("docs/benchmarks/graph_processing.json"))
     parser.add_argument("--md", type=Path, default=Path("docs/benchmarks/graph_processing.md"))
-    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=60)
     parser.add_argument("--quick", action="store_true", help="skip RMAT scale 21 and the 57M-edge GAT run")
     args = parser.parse_args()
     if args.repeats < 20:

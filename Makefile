@@ -3,9 +3,11 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# The CPU wheel of torch is installed explicitly when torch is missing: a bare `torch`
-# requirement would pull a multi-GB CUDA build. Override for a GPU machine, e.g. TORCH=torch==2.11.0.
+# torch is installed first, pinned, when it is missing. Which build comes depends on pip's index: PyPI's Linux
+# wheel is the multi-GB CUDA build; TORCH_INDEX=https://download.pytorch.org/whl/cpu takes the CPU wheel (CI's
+# pip configuration already offers the CPU wheel). Override TORCH for another version, e.g. TORCH=torch==2.11.0.
 TORCH ?= torch==2.13.0
+TORCH_INDEX ?=
 EXTRAS ?= dev
 # Offline mirror of raw dataset files (Planetoid/Cora, MUSAE Facebook, ...) when one sits beside the checkout.
 SHARED_DATASETS := $(abspath $(wildcard ../shared/datasets))
@@ -24,7 +26,7 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH)"
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
 	touch $@
 

@@ -48,7 +48,6 @@ import graphfuse
 import graphfuse.data
 from graphfuse import Graph
 from graphfuse.engine import gat_aggregate, gat_attention, gat_scores
-from graphfuse.graph import ptr_to_index
 
 HEADS, CHANNELS = 4, 16
 ROUNDS = 4  # interleaved timing rounds (see interleaved_wall_ms)
@@ -105,7 +104,7 @@ def sort_formats(ei: torch.Tensor, w: torch.Tensor | None, n: int) -> tuple:
     colptr = torch.zeros(n + 1, dtype=torch.long, device=ei.device)
     torch.cumsum(torch.bincount(src, minlength=n), 0, out=colptr[1:])
     row = dst[cperm]
-    expanded = (ptr_to_index(rowptr), ptr_to_index(colptr))
+    expanded = tuple(torch.repeat_interleave(torch.arange(n, device=ei.device), ptr.diff()) for ptr in (rowptr, colptr))
     index32 = (col.int(), row.int())
     values = None if w is None else (w[perm], w[cperm])
     return rowptr, col, perm, colptr, row, cperm, csr_to_csc, values, expanded, index32

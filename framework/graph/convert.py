@@ -61,17 +61,14 @@ def _check_coo(op: str, edge_index: object, size_arg: str, size: object, row: in
 def coo_to_csr(edge_index: Tensor, num_dst: int) -> tuple[Tensor, Tensor, Tensor]:
     """COO → CSR with rows = targets. Returns ``(rowptr, col, perm)``."""
     _check_coo("coo_to_csr", edge_index, "num_dst", num_dst, 1)
-    return coo_to_compressed(edge_index[1], edge_index[0], num_dst)
+    return _coo_to_csr(edge_index, num_dst)
 
 
 def coo_to_csc(edge_index: Tensor, num_src: int) -> tuple[Tensor, Tensor, Tensor]:
     """COO → CSC with columns = sources, each column's edges in CSR order (by target, then COO position).
     Returns ``(colptr, row, perm)``."""
     _check_coo("coo_to_csc", edge_index, "num_src", num_src, 0)
-    src, dst = edge_index
-    by_target = torch.sort(dst, stable=True).indices
-    perm = by_target[torch.sort(src[by_target], stable=True).indices]
-    return counts_to_ptr(torch.bincount(src, minlength=num_src)), dst[perm], perm
+    return _coo_to_csc(edge_index, num_src)
 
 
 def ptr_to_index(ptr: Tensor) -> Tensor:
@@ -79,7 +76,24 @@ def ptr_to_index(ptr: Tensor) -> Tensor:
     if not isinstance(ptr, Tensor) or ptr.dtype not in (torch.int64, torch.int32) or ptr.dim() != 1 or not ptr.numel():
         raise ValueError(f"ptr_to_index: ptr must be a non-empty 1-D int64/int32 tensor of offsets; got "
                          f"{getattr(ptr, 'dtype', type(ptr).__name__)} {tuple(getattr(ptr, 'shape', ()))}")
-    counts = ptr[1:] - ptr[:-1]
-    if counts.numel() and int(counts.min()) < 0:
+    if ptr.numel() > 1 and int((ptr[1:] - ptr[:-1]).min()) < 0:
         raise ValueError("ptr_to_index: ptr must be non-decreasing")
+    return _ptr_to_index(ptr)
+
+
+# The unchecked cores: Graph builds its formats with these, from an edge_index it has validated already (or was
+# told, with validate=False, not to check: the checks above cost device syncs).
+def _coo_to_csr(edge_index: Tensor, num_dst: int) -> tuple[Tensor, Tensor, Tensor]:
+    return coo_to_compressed(edge_index[1], edge_index[0], num_dst)
+
+
+def _coo_to_csc(edge_index: Tensor, num_src: int) -> tuple[Tensor, Tensor, Tensor]:
+    src, dst = edge_index
+    by_target = torch.sort(dst, stable=True).indices
+    perm = by_target[torch.sort(src[by_target], stable=True).indices]
+    return counts_to_ptr(torch.bincount(src, minlength=num_src)), dst[perm], perm
+
+
+def _ptr_to_index(ptr: Tensor) -> Tensor:
+    counts = ptr[1:] - ptr[:-1]
     return torch.repeat_interleave(torch.arange(counts.numel(), device=ptr.device), counts)

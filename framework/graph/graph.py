@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from graphfuse.checks import check_bools
-from graphfuse.graph.convert import coo_to_csc, coo_to_csr, ptr_to_index
+from graphfuse.graph.convert import _coo_to_csc, _coo_to_csr, _ptr_to_index
 
 
 class CSR(NamedTuple):
@@ -152,8 +152,8 @@ class Graph:
         """CSR with rows = targets (aggregation into targets reads this)."""
 
         def build() -> CSR:
-            rowptr, col, perm = coo_to_csr(self.edge_index, self.num_dst)
-            return CSR(rowptr, col, perm, ptr_to_index(rowptr))
+            rowptr, col, perm = _coo_to_csr(self.edge_index, self.num_dst)
+            return CSR(rowptr, col, perm, _ptr_to_index(rowptr))
 
         return self.cached("csr", build)
 
@@ -162,8 +162,8 @@ class Graph:
         """CSC with columns = sources (the transpose; backward passes read this)."""
 
         def build() -> CSC:
-            colptr, row, perm = coo_to_csc(self.edge_index, self.num_src)
-            return CSC(colptr, row, perm, ptr_to_index(colptr))
+            colptr, row, perm = _coo_to_csc(self.edge_index, self.num_src)
+            return CSC(colptr, row, perm, _ptr_to_index(colptr))
 
         return self.cached("csc", build)
 

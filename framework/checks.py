@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import numbers
+
 
 def check_bools(owner: str, **values: bool) -> None:
     """Raise TypeError naming the first of ``values`` (on/off switches) that is not a bool: a string such as
@@ -9,3 +12,9 @@ def check_bools(owner: str, **values: bool) -> None:
     for arg, value in values.items():
         if not isinstance(value, bool):
             raise TypeError(f"{owner}: {arg} must be a bool; got {value!r}")
+
+
+def is_finite_real(value: object) -> bool:
+    """Whether ``value`` is a real number (a NumPy one too, not a bool) that is neither infinite nor NaN; the
+    callers add their own bounds."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and -math.inf < value < math.inf

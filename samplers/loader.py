@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping, Sequence
 import torch
 from torch import Tensor
 
-from graphfuse.checks import check_bools
+from graphfuse.checks import check_bools, is_finite_real
 from graphfuse.data.seeds import check_seed
 from graphfuse.graph import CSR, Graph
 from graphfuse.samplers.batch import Batch
@@ -33,7 +33,6 @@ from graphfuse.samplers.saint import check_sampler
 from graphfuse.samplers.saint_norm import (
     NORMS,
     SaintNorm,
-    _is_finite_number,
     compute_saint_norm,
     presampling_seed,
     training_subgraph,
@@ -147,7 +146,7 @@ class SaintLoader:
             raise ValueError(f"SaintLoader: num_steps must be an int ≥ 1; got {num_steps!r}")
         if norm not in NORMS:
             raise ValueError(f"SaintLoader: norm must be one of {list(NORMS)}; got {norm!r}")
-        if not (_is_finite_number(sample_coverage) and sample_coverage >= 0):
+        if not (is_finite_real(sample_coverage) and sample_coverage >= 0):
             raise ValueError(f"SaintLoader: sample_coverage must be a finite number ≥ 0; got {sample_coverage!r}")
         if train_mask is None and isinstance(node_data, Mapping):
             train_mask = node_data.get("train_mask")

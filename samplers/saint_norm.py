@@ -47,6 +47,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from graphfuse.checks import is_finite_real
 from graphfuse.data.paths import check_outside_mirror
 from graphfuse.data.seeds import check_seed
 from graphfuse.graph import Graph
@@ -150,15 +151,8 @@ def _check_train_mask(name: str, graph: Graph, train_mask: object) -> None:
 
 
 def _check_coverage(name: str, sample_coverage: object) -> None:
-    if not (_is_finite_number(sample_coverage) and sample_coverage > 0):
+    if not (is_finite_real(sample_coverage) and sample_coverage > 0):
         raise ValueError(f"{name}: sample_coverage must be a finite number > 0; got {sample_coverage!r}")
-
-
-def _is_finite_number(value: object) -> bool:
-    """Whether ``value`` is a real number (a NumPy one too, not a bool) that is neither infinite nor NaN: the
-    type test of ``sample_coverage``, whose lower bound is the caller's (> 0 here; the loader's 0 means no
-    pre-sampling)."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and -math.inf < value < math.inf
 
 
 def count_saint_samples(

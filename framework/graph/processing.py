@@ -18,14 +18,12 @@ Shapes:
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from graphfuse.checks import check_bools
+from graphfuse.checks import check_bools, is_finite_real
 from graphfuse.graph import norm as reference
 from graphfuse.graph.graph import Graph
 
@@ -108,7 +106,7 @@ def _check_graph(op: str, graph: object) -> None:
 
 
 def _check_fill_value(op: str, fill_value: object) -> None:
-    if isinstance(fill_value, bool) or not isinstance(fill_value, numbers.Real) or not math.isfinite(fill_value):
+    if not is_finite_real(fill_value):
         raise ValueError(f"{op}: fill_value must be a finite real number; got {fill_value!r}")
 
 

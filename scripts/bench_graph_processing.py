@@ -46,11 +46,11 @@ import torch.nn.functional as F
 import bench_graphs
 import graphfuse
 import graphfuse.data
+from bench_graphs import ROUNDS, interleaved_samples
 from graphfuse import Graph
 from graphfuse.engine import gat_aggregate, gat_attention, gat_scores
 
 HEADS, CHANNELS = 4, 16
-ROUNDS = 4  # interleaved timing rounds (see interleaved_wall_ms)
 SMALL = ("cora", "facebook 20K subgraph", "RMAT s18-57M 20K subgraph", "RMAT s18-4M 20K subgraph")  # acceptance: launches and speed
 
 
@@ -140,35 +140,24 @@ def wall_ms(fn: Callable[[], object], repeats: int, warmup: int = 3) -> float | 
     return interleaved_wall_ms({"fn": fn}, repeats, rounds=1, warmup=warmup)["fn"]
 
 
+def _wall_samples(fn: Callable[[], object], repeats: int) -> list[float]:
+    """``repeats`` synchronised wall times of ``fn`` in ms."""
+    times = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
 def interleaved_wall_ms(calls: dict[str, Callable[[], object]], repeats: int, rounds: int = ROUNDS,
                         warmup: int = 3) -> dict[str, float | None]:
-    """Median synchronised wall time in ms of each call (None on out-of-memory) over ``repeats`` runs taken in
-    ``rounds`` rounds interleaved over the calls, so that a stretch of host noise on the lent machine falls on
-    both sides of a ratio (timed one after the other, the same code's ratio moved by 25% between two runs)."""
-    times: dict[str, list[float] | None] = {}
-    for name, fn in calls.items():
-        try:
-            for _ in range(warmup):
-                fn()
-            torch.cuda.synchronize()
-            times[name] = []
-        except torch.cuda.OutOfMemoryError:
-            torch.cuda.empty_cache()
-            times[name] = None
-    for _ in range(rounds):
-        for name, fn in calls.items():
-            if times[name] is None:
-                continue
-            try:
-                for _ in range(-(-repeats // rounds)):
-                    torch.cuda.synchronize()
-                    t0 = time.perf_counter()
-                    fn()
-                    torch.cuda.synchronize()
-                    times[name].append((time.perf_counter() - t0) * 1e3)
-            except torch.cuda.OutOfMemoryError:
-                torch.cuda.empty_cache()
-                times[name] = None
+    """Median synchronised wall time in ms of each call (None on out-of-memory), in rounds interleaved over the
+    calls (bench_graphs.interleaved_samples), so that a stretch of host noise on the lent machine falls on both
+    sides of a ratio (timed one after the other, the same code's ratio moved by 25% between two runs)."""
+    times = interleaved_samples(calls, repeats, _wall_samples, rounds, warmup)
     return {name: None if t is None else statistics.median(t) for name, t in times.items()}
 
 

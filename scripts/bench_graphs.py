@@ -1,6 +1,7 @@
 """Benchmark graphs shared by the bench_*.py scripts: the MatrixMarket / edge-list files of ../shared/datasets
-(carried as .benchdata) and the RMAT family of graphfuse.data.synthetic.rmat_graph; and ``write_report``, how
-every script writes its JSON and markdown (with the git commit measured).
+(carried as .benchdata) and the RMAT family of graphfuse.data.synthetic.rmat_graph; ``interleaved_samples``,
+the scripts' timing loop; and ``write_report``, how every script writes its JSON and markdown (with the git
+commit measured).
 
 Shapes:
     every function returns ``(edge_index (2, E) int64 on device, num_nodes)``; graphs are symmetrised and
@@ -19,6 +20,38 @@ import torch
 from torch_geometric.utils import to_undirected
 
 from graphfuse.data.synthetic import rmat_graph
+
+ROUNDS = 4  # interleaved timing rounds (see interleaved_samples)
+
+
+def interleaved_samples(calls: dict[str, Callable[[], object]], repeats: int,
+                        sample: Callable[[Callable[[], object], int], list[float]], rounds: int = ROUNDS,
+                        warmup: int = 3) -> dict[str, list[float] | None]:
+    """The times in ms of ``repeats`` runs of each call (None on out-of-memory), ``sample(fn, n)`` timing ``n``
+    runs of one call (CUDA events or synchronised wall time), taken in ``rounds`` interleaved rounds (every
+    contestant in turn, each round), so that a stretch of host or clock noise on the machine falls on all
+    contestants rather than on whichever was being timed then."""
+    samples: dict[str, list[float] | None] = {}
+    for name, fn in calls.items():
+        try:
+            for _ in range(warmup):
+                fn()
+            torch.cuda.synchronize()
+            samples[name] = []
+        except torch.cuda.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            samples[name] = None
+    per_round = -(-repeats // rounds)
+    for _ in range(rounds):
+        for name, fn in calls.items():
+            if samples[name] is None:
+                continue
+            try:
+                samples[name] += sample(fn, per_round)
+            except torch.cuda.OutOfMemoryError:
+                torch.cuda.empty_cache()
+                samples[name] = None
+    return samples
 
 
 def read_mtx(path: Path, device: str) -> tuple[torch.Tensor, int]:

@@ -37,7 +37,7 @@ import torch
 from torch_geometric.utils import to_undirected
 
 import graphfuse
-from bench_graphs import read_edge_csv, read_mtx, rmat, write_report
+from bench_graphs import ROUNDS, interleaved_samples, read_edge_csv, read_mtx, rmat, write_report
 from graphfuse.engine import reference
 from graphfuse.engine.edge_sampling import kept_entries
 
@@ -47,7 +47,6 @@ REPLAYED = ("cusparse", "gespmm", "hpspmm")
 GE_KS = ("64", "128", "256")  # GE-SpMM's acceptance widths
 HP_KS = ("32", "64", "128")  # HP-SpMM's acceptance widths
 ES_WIDTH = 64
-ROUNDS = 4  # interleaved timing rounds per graph and K (see interleaved_ms)
 SMALL_NNZ = 1_000_000  # graphs below this many entries take SMALL_FACTOR times the eager samples
 SMALL_FACTOR = 10
 CONTESTANTS = ["cusparse", "pyg", *OURS]
@@ -105,36 +104,8 @@ def time_ms(fn: Callable[[], object], repeats: int, warmup: int = 3) -> float | 
 def interleaved_ms(calls: dict[str, Callable[[], object]], repeats: int, rounds: int = ROUNDS,
                    warmup: int = 3) -> dict[str, float | None]:
     """Median CUDA-event time in ms of each call (None on out-of-memory); see :func:`interleaved_samples`."""
-    samples = interleaved_samples(calls, repeats, rounds, warmup)
+    samples = interleaved_samples(calls, repeats, _event_samples, rounds, warmup)
     return {name: None if t is None else statistics.median(t) for name, t in samples.items()}
-
-
-def interleaved_samples(calls: dict[str, Callable[[], object]], repeats: int, rounds: int = ROUNDS,
-                        warmup: int = 3) -> dict[str, list[float] | None]:
-    """The CUDA-event times in ms of ``repeats`` runs of each call (None on out-of-memory), taken in ``rounds``
-    interleaved rounds (every contestant in turn, each round), so that a stretch of host or clock noise on the
-    machine falls on all contestants rather than on whichever was being timed then."""
-    samples: dict[str, list[float] | None] = {}
-    for name, fn in calls.items():
-        try:
-            for _ in range(warmup):
-                fn()
-            torch.cuda.synchronize()
-            samples[name] = []
-        except torch.cuda.OutOfMemoryError:
-            torch.cuda.empty_cache()
-            samples[name] = None
-    per_round = -(-repeats // rounds)
-    for _ in range(rounds):
-        for name, fn in calls.items():
-            if samples[name] is None:
-                continue
-            try:
-                samples[name] += _event_samples(fn, per_round)
-            except torch.cuda.OutOfMemoryError:
-                torch.cuda.empty_cache()
-                samples[name] = None
-    return samples
 
 
 def graph_replay_ms(fn: Callable[[], object], repeats: int) -> float | None:
@@ -306,7 +277,7 @@ def bench_graph(name: str, ei: torch.Tensor, n: int, ks: list[int], repeats: int
                "gflops": {}, "floor_fraction": {}, "quartiles_ms": {}}
         for cname in problems:
             row["ms"][cname] = row["quartiles_ms"][cname] = row["gflops"][cname] = row["floor_fraction"][cname] = None
-        for cname, samples in interleaved_samples(calls, record["eager_samples"]).items():
+        for cname, samples in interleaved_samples(calls, record["eager_samples"], _event_samples).items():
             ms = None if samples is None else statistics.median(samples)
             row["ms"][cname] = ms
             row["quartiles_ms"][cname] = None if samples is None else statistics.quantiles(samples, n=4)

@@ -39,16 +39,16 @@ def aggregate(graph: Graph, x: Tensor, edge_weight: Tensor | None = None, reduce
     """``out[i] = reduce_{e = (j → i)} w_e · x[j]``; targets without in-edges get 0 for every reduce."""
     msg = _weighted_messages(graph, x, edge_weight)
     dst = graph.edge_index[1]
-    out = x.new_zeros(graph.num_dst, *x.shape[1:])
     if reduce in ("sum", "mean"):
-        out = _widened(out).index_add(0, dst, _widened(msg))
+        wide = _widened(msg)
+        out = wide.new_zeros(graph.num_dst, *x.shape[1:]).index_add(0, dst, wide)
         if reduce == "mean":
             count = graph.in_degree.clamp(min=1).to(out.dtype)
             out = out / count.view(-1, *([1] * (x.dim() - 1)))
         return out.to(x.dtype)
     if reduce in ("max", "min"):
-        return out.scatter_reduce(0, _expand_like(dst, msg), msg, "amax" if reduce == "max" else "amin",
-                                  include_self=False)
+        return x.new_zeros(graph.num_dst, *x.shape[1:]).scatter_reduce(
+            0, _expand_like(dst, msg), msg, "amax" if reduce == "max" else "amin", include_self=False)
     raise ValueError(f"aggregate: reduce must be one of 'sum', 'mean', 'max', 'min'; got {reduce!r}")
 
 

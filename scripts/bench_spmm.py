@@ -14,6 +14,15 @@ per-call format work):
 - es64: edge-sampled inference, ``graphfuse.aggregate(graph, x, sampling=EdgeSampling(64, "random"))``
   (at most 64 in-edges per target; an approximation, timed for speed only).
 
+Cold contestants (format conversion inside every call, as a sampled batch pays it; the warm ones above keep
+each graph's CSR, as full-graph training does), from the same COO edge_index and weights:
+- cusparse_cold: a CSR built the PyTorch way (stable ``torch.sort`` by target, bincount + cumsum pointers, int32
+  indices, gathered values) then ``torch.sparse.mm``; cusparse_cold_coo: ``torch.sparse_coo_tensor(...)
+  .to_sparse_csr()`` then ``torch.sparse.mm``. A cold ratio is taken against the faster of the two per cell;
+- gespmm_cold / hpspmm_cold: ``graphfuse.aggregate`` on a ``graphfuse.Graph`` built in the call (with
+  ``validate=False``, as the samplers build their batches), so its CSR (HP-SpMM: hybrid form), permuted weights,
+  row-split schedule and plan are built in the call too.
+
 Timing: CUDA events around each call, median of ``--repeats`` (>= 20) runs after warm-up, taken in four
 interleaved rounds over the contestants (host noise falls on all of them alike); graphs under ``SMALL_NNZ``
 entries, whose tens-of-microseconds cells swing ±30-50% with the host, take ``SMALL_FACTOR`` times as many
@@ -42,14 +51,12 @@ from graphfuse.engine import reference
 from graphfuse.engine.edge_sampling import kept_entries
 
 KS = [32, 41, 64, 128, 256, 602]
-OURS = ["gespmm", "gespmm_mean", "gespmm_max", "gar", "gas", "hpspmm", "es64"]
 REPLAYED = ("cusparse", "gespmm", "hpspmm")
 GE_KS = ("64", "128", "256")  # GE-SpMM's acceptance widths
 HP_KS = ("32", "64", "128")  # HP-SpMM's acceptance widths
 ES_WIDTH = 64
 SMALL_NNZ = 1_000_000  # graphs below this many entries take SMALL_FACTOR times the eager samples
 SMALL_FACTOR = 10
-CONTESTANTS = ["cusparse", "pyg", *OURS]
 
 
 # ------------------------------------------------------------------------------------------ graphs
@@ -155,10 +162,25 @@ def gcn_weights(ei: torch.Tensor, n: int) -> torch.Tensor:
     return deg[ei[0]].rsqrt() * deg[ei[1]].rsqrt()
 
 
+def sorted_csr(ei: torch.Tensor, w: torch.Tensor, n: int) -> torch.Tensor:
+    """The cuSPARSE operand built from COO the PyTorch way: rows (targets) by a stable sort, bincount + cumsum
+    pointers, int32 indices (as the warm operand), values gathered into CSR order."""
+    src, dst = ei
+    perm = torch.sort(dst, stable=True).indices
+    rowptr = torch.zeros(n + 1, dtype=torch.int32, device=ei.device)
+    torch.cumsum(torch.bincount(dst, minlength=n), 0, out=rowptr[1:])
+    return torch.sparse_csr_tensor(rowptr, src[perm].int(), w[perm], size=(n, n))
+
+
 def contestants(g: graphfuse.Graph, a: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> dict:
-    """The timed calls on one graph and feature matrix."""
+    """The timed calls on one graph and feature matrix: warm ones on the cached formats, then the cold ones
+    (format conversion from the COO ``g.edge_index`` and ``w`` inside every call)."""
     n, k = x.shape
-    src, dst = g.edge_index
+    src, dst = ei = g.edge_index
+
+    def fresh() -> graphfuse.Graph:
+        return graphfuse.Graph(ei, num_nodes=n, edge_weight=w, validate=False)
+
     return {
         "cusparse": lambda: torch.sparse.mm(a, x),
         "pyg": lambda: torch.zeros(n, k, device="cuda").index_add_(0, dst, x.index_select(0, src) * w.unsqueeze(1)),
@@ -169,6 +191,11 @@ def contestants(g: graphfuse.Graph, a: torch.Tensor, x: torch.Tensor, w: torch.T
         "gas": lambda: graphfuse.aggregate(g, x, reduce="sum", backend="gas"),
         "hpspmm": lambda: graphfuse.aggregate(g, x, reduce="sum", backend="hpspmm"),
         "es64": lambda: graphfuse.aggregate(g, x, reduce="sum", sampling=graphfuse.EdgeSampling(ES_WIDTH, "random")),
+        "cusparse_cold": lambda: torch.sparse.mm(sorted_csr(ei, w, n), x),
+        "cusparse_cold_coo": lambda: torch.sparse.mm(
+            torch.sparse_coo_tensor(torch.stack([dst, src]), w, (n, n)).to_sparse_csr(), x),
+        "gespmm_cold": lambda: graphfuse.aggregate(fresh(), x, reduce="sum", backend="gespmm"),
+        "hpspmm_cold": lambda: graphfuse.aggregate(fresh(), x, reduce="sum", backend="hpspmm"),
     }
 
 
@@ -357,18 +384,27 @@ def geomean(values: list[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
-def speedup(ms: dict, name: str) -> float | None:
-    """cuSPARSE time / ``name``'s time in one cell (None when either is missing)."""
-    return ms["cusparse"] / ms[name] if (ms.get("cusparse") and ms.get(name)) else None
+def cusparse_ms(ms: dict, cold: bool = False) -> float | None:
+    """cuSPARSE's time in one cell: warm, or cold (the faster of its two ways of building the CSR)."""
+    if not cold:
+        return ms.get("cusparse")
+    return min((ms[c] for c in ("cusparse_cold", "cusparse_cold_coo") if ms.get(c)), default=None)
+
+
+def speedup(ms: dict, name: str, cold: bool = False) -> float | None:
+    """cuSPARSE time (warm, or cold: see :func:`cusparse_ms`) / ``name``'s time in one cell (None when either is
+    missing)."""
+    base = cusparse_ms(ms, cold)
+    return base / ms[name] if (base and ms.get(name)) else None
 
 
 def speedup_summary(graphs: list[dict], name: str, ks: tuple[str, ...], prefixes: tuple[str, ...] = ("",),
-                    timing: str = "ms") -> dict:
-    """``name`` against cuSPARSE (times under ``timing``: "ms" eager, "graph_replay_ms" replayed) over the graphs
-    whose name starts with one of ``prefixes``, at the widths ``ks``: geometric mean per K and over all those
-    cells, the worst cell, the graphs and the number of cells covered, and the cells left out because a time is
-    missing (out of memory, or not capturable)."""
-    cells = [(speedup(gr["results"][k].get(timing, {}), name), gr["name"], int(k)) for gr in graphs
+                    timing: str = "ms", cold: bool = False) -> dict:
+    """``name`` against cuSPARSE (times under ``timing``: "ms" eager, "graph_replay_ms" replayed; the cold
+    baseline with ``cold``) over the graphs whose name starts with one of ``prefixes``, at the widths ``ks``:
+    geometric mean per K and over all those cells, the worst cell, the graphs and the number of cells covered,
+    and the cells left out because a time is missing (out of memory, or not capturable)."""
+    cells = [(speedup(gr["results"][k].get(timing, {}), name, cold), gr["name"], int(k)) for gr in graphs
              if gr["name"].startswith(prefixes) for k in ks if k in gr["results"]]
     missing = [f"{graph} K={k}" for ratio, graph, k in cells if not ratio]
     cells = [c for c in cells if c[0]]
@@ -386,6 +422,9 @@ def summarise(graphs: list[dict]) -> dict:
     summary["graph_replay_geomean_speedup_vs_cusparse"] = speedup_summary(
         graphs, "gespmm", GE_KS, timing="graph_replay_ms")["geomean_per_k"]
     summary["hpspmm"] = speedup_summary(graphs, "hpspmm", HP_KS, prefixes=("subgraph", "RMAT"))
+    summary["cold"] = {"gespmm": speedup_summary(graphs, "gespmm_cold", GE_KS, cold=True),
+                       "hpspmm": speedup_summary(graphs, "hpspmm_cold", HP_KS, prefixes=("subgraph", "RMAT"),
+                                                 cold=True)}
     summary["es"] = {gr["name"]: {k: speedup(row["ms"], "es64") for k, row in gr["results"].items()}
                      for gr in graphs if gr["name"].startswith("RMAT s18 57M")}
     summary["es_kept_fraction"] = {gr["name"]: gr.get("es_kept_fraction") for gr in graphs
@@ -405,6 +444,38 @@ def summarise(graphs: list[dict]) -> dict:
 
 def fmt(v: float | None, digits: int = 3) -> str:
     return "OOM" if v is None else f"{v:.{digits}f}"
+
+
+def ratio_lines(label: str, summ: dict) -> list[str]:
+    """One summary line for a :func:`speedup_summary` (none when it has no cell)."""
+    if not summ.get("geomean"):
+        return []
+    per_k = ", ".join(f"K={k} {fmt(v, 2)}x" for k, v in summ["geomean_per_k"].items())
+    w = summ["worst_cell"]
+    left_out = f"; left out (a time missing): {', '.join(summ['missing'])}" if summ.get("missing") else ""
+    return [f"- {label} ({', '.join(summ['graphs'])}; {summ['cells']} cells), geometric mean {summ['geomean']:.2f}x "
+            f"({per_k}); worst cell {w['speedup']:.2f}x on {w['graph']} at K={w['K']}{left_out}"]
+
+
+def cold_lines(report: dict) -> list[str]:
+    """The markdown section of the cold timings (format conversion inside every call)."""
+    lines = ["", "## Format conversion included (cold)", "",
+             "Every call builds its format from the COO edge_index: cuSPARSE from a sorted CSR (`sort`) or "
+             "`to_sparse_csr` (`coo`), graphfuse from a `Graph` made in the call (CSR or hybrid form, permuted "
+             "weights, row-split schedule and plan). `x` = the faster cuSPARSE way / ours. The warm table above "
+             "keeps each graph's formats, as full-graph training does; a sampled batch pays this.", "",
+             "| graph | K | cuSPARSE sort | cuSPARSE coo | GE-SpMM | x | HP-SpMM | x |", "|---|---|---|---|---|---|---|---|"]
+    for gr in report["graphs"]:
+        for k, row in gr["results"].items():
+            ms = row["ms"]
+            if "gespmm_cold" not in ms:
+                continue
+            lines.append(f"| {gr['name']} | {k} | {fmt(ms['cusparse_cold'])} | {fmt(ms['cusparse_cold_coo'])} | "
+                         f"{fmt(ms['gespmm_cold'])} | {fmt(speedup(ms, 'gespmm_cold', cold=True), 2)} | "
+                         f"{fmt(ms['hpspmm_cold'])} | {fmt(speedup(ms, 'hpspmm_cold', cold=True), 2)} |")
+    cold = report["summary"]["cold"]
+    return [*lines, "", *ratio_lines("GE-SpMM cold vs cuSPARSE cold", cold["gespmm"]),
+            *ratio_lines("HP-SpMM cold vs cuSPARSE cold on the subgraph-sized and RMAT graphs", cold["hpspmm"])]
 
 
 def gar_lines(t: dict) -> list[str]:
@@ -470,15 +541,8 @@ def markdown(report: dict) -> str:
     for key in ("mean_over_sum", "max_over_sum"):
         if s[key]:
             lines.append(f"- {key.replace('_', ' ')}: max {s[key]['max']:.2f}, geomean {s[key]['geomean']:.2f}")
-    hp = s.get("hpspmm")
-    if hp and hp["geomean"]:
-        per_k = ", ".join(f"K={k} {fmt(v, 2)}x" for k, v in hp["geomean_per_k"].items())
-        w = hp["worst_cell"]
-        graphs = f" ({', '.join(hp['graphs'])}; {hp['cells']} cells)" if "graphs" in hp else ""
-        left_out = f"; left out (a time missing): {', '.join(hp['missing'])}" if hp.get("missing") else ""
-        lines.append(f"- HP-SpMM vs cuSPARSE on the subgraph-sized and RMAT graphs{graphs}, geometric mean "
-                     f"{hp['geomean']:.2f}x ({per_k}); worst cell {w['speedup']:.2f}x on {w['graph']} at K={w['K']}"
-                     f"{left_out}")
+    if s.get("hpspmm"):
+        lines += ratio_lines("HP-SpMM vs cuSPARSE on the subgraph-sized and RMAT graphs", s["hpspmm"])
     for name, per_k in s.get("es", {}).items():
         kept = s.get("es_kept_fraction", {}).get(name)
         work = f"it keeps {kept:.0%} of the entries, " if kept else ""
@@ -493,6 +557,8 @@ def markdown(report: dict) -> str:
     if report.get("host_overhead_us"):
         lines.append("- host cost per call, Cora-sized graph, K=64 (us): " + ", ".join(
             f"{name} {value:.1f}" for name, value in report["host_overhead_us"].items()))
+    if s.get("cold"):
+        lines += cold_lines(report)
     if report.get("gar_training"):
         lines += ["", *gar_lines(report["gar_training"])]
     reordered_graphs = [gr for gr in report["graphs"] if "reorder_s" in gr]

@@ -83,3 +83,27 @@ def test_bench_spmm_checks_every_output_before_timing(monkeypatch):
         "hpspmm": lambda: torch.full((n, 7), float("nan")),
     }
     assert set(bench.output_problems(g, a, x, wrong, order)) == set(wrong)
+
+
+def test_bench_spmm_cold_baseline(monkeypatch):
+    """The cold cuSPARSE operand built from unsorted COO is the graph's matrix (duplicates summed as the
+    COO-tensor way sums them), and a cold ratio is taken against the faster of cuSPARSE's two ways."""
+    import torch
+
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    bench = importlib.import_module("bench_spmm")
+    n = 50
+    gen = torch.Generator().manual_seed(1)
+    ei = torch.randint(0, n, (2, 400), generator=gen)
+    ei[:, 1] = ei[:, 0]  # a duplicate
+    w = torch.rand(400, generator=gen, dtype=torch.float64)
+    x = torch.randn(n, 5, generator=gen, dtype=torch.float64)
+    want = torch.zeros(n, 5, dtype=torch.float64).index_add_(0, ei[1], x[ei[0]] * w.unsqueeze(1))
+    torch.testing.assert_close(torch.sparse.mm(bench.sorted_csr(ei, w, n), x), want)
+    coo = torch.sparse_coo_tensor(torch.stack([ei[1], ei[0]]), w, (n, n)).to_sparse_csr()
+    torch.testing.assert_close(torch.sparse.mm(coo, x), want)
+    ms = {"cusparse": 1.0, "cusparse_cold": 4.0, "cusparse_cold_coo": 3.0, "gespmm_cold": 2.0, "hpspmm_cold": None}
+    assert bench.speedup(ms, "gespmm_cold", cold=True) == 1.5
+    assert bench.speedup(ms, "hpspmm_cold", cold=True) is None
+    assert bench.speedup({"cusparse": 1.0, "cusparse_cold": 4.0, "cusparse_cold_coo": None, "gespmm_cold": 2.0},
+                         "gespmm_cold", cold=True) == 2.0

@@ -213,3 +213,51 @@ __global__ void __launch_bounds__(128) gespmm_combine(
                                           TRACK ? out_arg + row * K : nullptr,
                                           (i64)blockIdx.y * blockDim.x + (threadIdx.x & ~31), threadIdx.x & 31, K);
 }
+
+// Row schedule (spmm.row_schedule): rows longer than `segment` entries are cut into segments of `segment`
+// entries; built on the device in two launches around one cumulative sum, so that a graph built per batch
+// (sampled training) pays a handful of launches and one host sync for it, not the ~35 tensor operations of
+// the same computation in PyTorch. A thread per row (grid-stride).
+//
+// Pass 1: counts (4, rows): the row's segments, 1 if it is split, its partials (= its segments when split, else
+// 0), 1 if it is longer than `threshold` (the schedule is needed at all only when some row is).
+__global__ void gespmm_schedule_count(const i64* __restrict__ rowptr, i64* __restrict__ counts, i64 rows,
+                                      i64 segment, i64 threshold) {
+  for (i64 r = (i64)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += (i64)gridDim.x * blockDim.x) {
+    const i64 degree = rowptr[r + 1] - rowptr[r];
+    const i64 nseg = degree > segment ? (degree + segment - 1) / segment : 1;
+    counts[r] = nseg;
+    counts[rows + r] = nseg > 1;
+    counts[2 * rows + r] = nseg > 1 ? nseg : 0;
+    counts[3 * rows + r] = degree > threshold;
+  }
+}
+
+// Pass 2, from the counts' inclusive sums along each row of `incl`: the row's segments start at entry
+// rowptr[r] + j * segment and go to output row r, or (split rows) to consecutive workspace rows -(p + 1);
+// a split row's index among the split rows places it in long_rows and its end in long_ptr. The sizes were
+// read from the sums' last column, so every write lands inside the tensors allocated from them.
+__global__ void gespmm_schedule_fill(const i64* __restrict__ rowptr, const i64* __restrict__ incl, i64 rows,
+                                     i64 segment, i64* __restrict__ seg_ptr, i64* __restrict__ seg_row,
+                                     i64* __restrict__ seg_slot, i64* __restrict__ long_rows,
+                                     i64* __restrict__ long_ptr) {
+  for (i64 r = (i64)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += (i64)gridDim.x * blockDim.x) {
+    const i64 end = incl[r], nseg = end - (r ? incl[r - 1] : 0), first = end - nseg, start = rowptr[r];
+    const bool split = nseg > 1;
+    const i64 p0 = incl[2 * rows + r] - (split ? nseg : 0);
+    for (i64 j = 0; j < nseg; ++j) {
+      seg_ptr[first + j] = start + j * segment;
+      seg_row[first + j] = r;
+      seg_slot[first + j] = split ? -(p0 + j + 1) : r;
+    }
+    if (split) {
+      const i64 l = incl[rows + r] - 1;
+      long_rows[l] = r;
+      long_ptr[l + 1] = p0 + nseg;
+    }
+    if (r == 0) {
+      seg_ptr[incl[rows - 1]] = rowptr[rows];
+      long_ptr[0] = 0;
+    }
+  }
+}

@@ -48,33 +48,54 @@ class RowSchedule(NamedTuple):
     num_partials: int
 
 
-def row_schedule(rowptr: Tensor, segment: int = DEFAULT_SEGMENT) -> RowSchedule | None:
+SCHEDULE_KERNELS = ("gespmm_schedule_count", "gespmm_schedule_fill")
+
+
+def row_schedule(rowptr: Tensor, segment: int = DEFAULT_SEGMENT, split_above: int = 0) -> RowSchedule | None:
     """Split rows longer than ``segment`` entries into consecutive segments (load balance for hub rows).
 
-    Returns None when no row is longer (the kernel then maps segment s to row s). Built once per graph and
-    cached by the engine; one host sync.
+    Returns None when no row is longer than ``max(segment, split_above)`` (the kernel then maps segment s to
+    row s). Built on the device by two kernels around a cumulative sum, with one host sync that reads every
+    size at once; cached by the engine per graph (a sampled batch builds it on every step).
     """
-    if rowptr.dim() != 1 or rowptr.numel() < 1 or rowptr.dtype != torch.int64:
-        raise ValueError(f"row_schedule: rowptr must be a non-empty 1-D int64 tensor; got {rowptr.dtype} "
-                         f"{tuple(rowptr.shape)}")
-    if isinstance(segment, bool) or not isinstance(segment, int) or segment < 1:
-        raise ValueError(f"row_schedule: segment must be a positive int; got {segment!r}")
-    deg = rowptr.diff()
-    if deg.numel() == 0 or int(deg.max()) <= segment:
+    rt.check_tensor("row_schedule", "rowptr", rowptr, dtypes=(torch.int64,), ndim=1)
+    if rowptr.numel() < 1:
+        raise ValueError(f"row_schedule: rowptr must have at least one element (R + 1); got shape {tuple(rowptr.shape)}")
+    for name, value, low in (("segment", segment, 1), ("split_above", split_above, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"row_schedule: {name} must be an int >= {low}; got {value!r}")
+    device = rt.check_devices("row_schedule", {"rowptr": rowptr})
+    rows = rowptr.numel() - 1
+    if rows == 0:
         return None
-    device = rowptr.device
-    nseg = ((deg + segment - 1) // segment).clamp_(min=1)
-    rows = torch.arange(deg.numel(), device=device)
-    seg_row = torch.repeat_interleave(rows, nseg)
-    first = torch.cumsum(nseg, 0) - nseg
-    within = torch.arange(seg_row.numel(), device=device) - first[seg_row]
-    seg_ptr = torch.cat([rowptr[seg_row] + within * segment, rowptr[-1:]])
-    is_long = nseg > 1
-    long_seg = is_long[seg_row]
-    seg_slot = torch.where(long_seg, -torch.cumsum(long_seg.long(), 0), seg_row)
-    long_ptr = torch.zeros(int(is_long.sum()) + 1, dtype=torch.int64, device=device)
-    torch.cumsum(nseg[is_long], 0, out=long_ptr[1:])
-    return RowSchedule(seg_ptr, seg_row, seg_slot, rows[is_long], long_ptr, segment, int(long_ptr[-1]))
+    incl = _schedule_counts(rowptr, segment, max(segment, split_above)).cumsum_(1)
+    num_segments, num_long, num_partials, over = incl[:, -1].tolist()
+    if not over:
+        return None
+    sizes = (num_segments + 1, num_segments, num_segments, num_long, num_long + 1)
+    parts = tuple(torch.empty(size, dtype=torch.int64, device=device) for size in sizes)
+    _schedule_fill(rowptr, incl, segment, parts)
+    return RowSchedule(*parts, segment, num_partials)
+
+
+def _schedule_grid(rowptr: Tensor) -> tuple[int]:
+    return (min(-(-(rowptr.numel() - 1) // rt.BLOCK), 1 << 16),)
+
+
+def _schedule_counts(rowptr: Tensor, segment: int, threshold: int) -> Tensor:
+    """gespmm_schedule_count: (4, R) segments, split flag, partials and "longer than threshold" per row."""
+    counts = torch.empty(4, rowptr.numel() - 1, dtype=torch.int64, device=rowptr.device)
+    rt.launch(FILE, SCHEDULE_KERNELS[0], rowptr.device, _schedule_grid(rowptr), (rt.BLOCK,),
+              (rowptr.data_ptr(), counts.data_ptr(), counts.size(1), segment, threshold), family=SCHEDULE_KERNELS)
+    return counts
+
+
+def _schedule_fill(rowptr: Tensor, incl: Tensor, segment: int, parts: tuple[Tensor, ...]) -> None:
+    """gespmm_schedule_fill: writes ``parts`` (seg_ptr, seg_row, seg_slot, long_rows, long_ptr) from the
+    inclusive sums ``incl`` of :func:`_schedule_counts`."""
+    rt.launch(FILE, SCHEDULE_KERNELS[1], rowptr.device, _schedule_grid(rowptr), (rt.BLOCK,),
+              (rowptr.data_ptr(), incl.data_ptr(), incl.size(1), segment, *(t.data_ptr() for t in parts)),
+              family=SCHEDULE_KERNELS)
 
 
 def config(k: int, dtype: torch.dtype, vec: int | None = None) -> tuple[int, int, int]:
@@ -303,7 +324,7 @@ def _family(t: str, vec: int, cf: int, group: int, full: bool) -> tuple[str, ...
 
 def instances() -> list[str]:
     """Representative template instances (compiled by the CPU test with nvcc)."""
-    names = []
+    names = list(SCHEDULE_KERNELS)
     for t in ("float", "double"):
         for red in range(4):
             for wmode in range(3):

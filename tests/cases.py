@@ -92,3 +92,28 @@ def train_steps(model, x, y, graph, steps: int = 30, lr: float = 0.05):
         optimizer.step()
         losses.append(loss.item())
     return before, eval_loss(), losses
+
+
+def schedule_counts(rowptr: torch.Tensor, segment: int, threshold: int) -> torch.Tensor:
+    """What GE-SpMM's ``gespmm_schedule_count`` writes, computed with tensor operations: (4, R) segments, split
+    flag, partials and "longer than threshold" per row."""
+    deg = rowptr.diff()
+    nseg = torch.where(deg > segment, (deg + segment - 1) // segment, 1)
+    split = (nseg > 1).long()
+    return torch.stack([nseg, split, nseg * split, (deg > threshold).long()])
+
+
+def torch_row_schedule(rowptr: torch.Tensor, segment: int) -> tuple:
+    """``spmm.row_schedule(rowptr, segment)``'s fields computed with tensor operations (the form its kernels
+    replaced): the oracle of the GPU test, and what the CPU launch-arity test fills in for the kernels."""
+    deg = rowptr.diff()
+    nseg = ((deg + segment - 1) // segment).clamp_(min=1)
+    rows = torch.arange(deg.numel(), device=rowptr.device)
+    seg_row = torch.repeat_interleave(rows, nseg)
+    within = torch.arange(seg_row.numel(), device=rowptr.device) - (torch.cumsum(nseg, 0) - nseg)[seg_row]
+    seg_ptr = torch.cat([rowptr[seg_row] + within * segment, rowptr[-1:]])
+    is_long = nseg > 1
+    long_seg = is_long[seg_row]
+    seg_slot = torch.where(long_seg, -torch.cumsum(long_seg.long(), 0), seg_row)
+    long_ptr = torch.cat([rowptr.new_zeros(1), torch.cumsum(nseg[is_long], 0)])
+    return seg_ptr, seg_row, seg_slot, rows[is_long], long_ptr, segment, int(long_ptr[-1])

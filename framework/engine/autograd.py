@@ -80,11 +80,9 @@ def _schedule(graph: Graph, fmt: str) -> spmm_kernels.RowSchedule | None:
     time): Cora and PubMed (max in-degree ~170) took 17-21 us split past 64 into 32-entry segments against
     23-57 us unsplit at K = 64-256; Facebook and the RMAT subgraphs were 2-10x slower unsplit."""
     def build() -> spmm_kernels.RowSchedule | None:
-        degree = graph.in_degree if fmt == "csr" else graph.out_degree
-        if degree.numel() == 0 or int(degree.max()) <= SPLIT_MIN_DEGREE:
-            return None
         ptr = graph.csr.rowptr if fmt == "csr" else graph.csc.colptr
-        return spmm_kernels.row_schedule(ptr, SMALL_SEGMENT if graph.num_edges < SMALL_GRAPH_EDGES else LARGE_SEGMENT)
+        segment = SMALL_SEGMENT if graph.num_edges < SMALL_GRAPH_EDGES else LARGE_SEGMENT
+        return spmm_kernels.row_schedule(ptr, segment, split_above=SPLIT_MIN_DEGREE)
 
     return graph.cached(("kernels", "schedule", fmt), build)
 

@@ -18,15 +18,14 @@ import torch
 from torch import Tensor
 
 
-def counts_to_ptr(counts: Tensor) -> Tensor:
-    """Exclusive prefix sum with a leading zero: (n,) counts → (n + 1,) int64 offsets."""
-    ptr = torch.zeros(counts.numel() + 1, dtype=torch.int64, device=counts.device)
-    torch.cumsum(counts, dim=0, out=ptr[1:])
-    return ptr
+def sorted_to_ptr(keys: Tensor, size: int) -> Tensor:
+    """(size + 1,) int64 offsets of the groups of ascending ``keys`` (ids in [0, size)): ``ptr[r]`` = the number
+    of keys below r. A binary search per group, with no host sync (``bincount`` syncs to size its output)."""
+    return torch.searchsorted(keys, torch.arange(size + 1, dtype=keys.dtype, device=keys.device))
 
 
 def coo_to_compressed(index: Tensor, other: Tensor, size: int) -> tuple[Tensor, Tensor, Tensor]:
-    """Stable counting sort of edges by ``index``.
+    """Stable sort of edges by ``index``.
 
     Args:
         index: (E,) the node each edge is grouped by (target for CSR, source for CSC).
@@ -36,9 +35,13 @@ def coo_to_compressed(index: Tensor, other: Tensor, size: int) -> tuple[Tensor, 
     Returns:
         ``(ptr, other_sorted, perm)`` with ``ptr`` (size + 1,), ``other_sorted`` and ``perm`` (E,), all int64.
     """
-    perm = torch.sort(index, stable=True).indices
-    counts = torch.bincount(index, minlength=size)
-    return counts_to_ptr(counts), other[perm], perm
+    return _compress(index, other, size)[:3]
+
+
+def _compress(index: Tensor, other: Tensor, size: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """:func:`coo_to_compressed` plus the sorted ``index`` (each entry's group: the expanded ``ptr``)."""
+    keys, perm = torch.sort(index, stable=True)
+    return sorted_to_ptr(keys, size), other[perm], perm, keys
 
 
 def _check_coo(op: str, edge_index: object, size_arg: str, size: object, row: int) -> None:
@@ -61,14 +64,14 @@ def _check_coo(op: str, edge_index: object, size_arg: str, size: object, row: in
 def coo_to_csr(edge_index: Tensor, num_dst: int) -> tuple[Tensor, Tensor, Tensor]:
     """COO → CSR with rows = targets. Returns ``(rowptr, col, perm)``."""
     _check_coo("coo_to_csr", edge_index, "num_dst", num_dst, 1)
-    return _coo_to_csr(edge_index, num_dst)
+    return _coo_to_csr(edge_index, num_dst)[:3]
 
 
 def coo_to_csc(edge_index: Tensor, num_src: int) -> tuple[Tensor, Tensor, Tensor]:
     """COO → CSC with columns = sources, each column's edges in CSR order (by target, then COO position).
     Returns ``(colptr, row, perm)``."""
     _check_coo("coo_to_csc", edge_index, "num_src", num_src, 0)
-    return _coo_to_csc(edge_index, num_src)
+    return _coo_to_csc(edge_index, num_src)[:3]
 
 
 def ptr_to_index(ptr: Tensor) -> Tensor:
@@ -82,16 +85,18 @@ def ptr_to_index(ptr: Tensor) -> Tensor:
 
 
 # The unchecked cores: Graph builds its formats with these, from an edge_index it has validated already (or was
-# told, with validate=False, not to check: the checks above cost device syncs).
-def _coo_to_csr(edge_index: Tensor, num_dst: int) -> tuple[Tensor, Tensor, Tensor]:
-    return coo_to_compressed(edge_index[1], edge_index[0], num_dst)
+# told, with validate=False, not to check: the checks above cost device syncs). They sync nowhere (a sampled
+# batch builds its formats on every step) and also return the expanded pointers (each entry's row / column).
+def _coo_to_csr(edge_index: Tensor, num_dst: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    return _compress(edge_index[1], edge_index[0], num_dst)
 
 
-def _coo_to_csc(edge_index: Tensor, num_src: int) -> tuple[Tensor, Tensor, Tensor]:
+def _coo_to_csc(edge_index: Tensor, num_src: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     src, dst = edge_index
     by_target = torch.sort(dst, stable=True).indices
-    perm = by_target[torch.sort(src[by_target], stable=True).indices]
-    return counts_to_ptr(torch.bincount(src, minlength=num_src)), dst[perm], perm
+    keys, order = torch.sort(src[by_target], stable=True)
+    perm = by_target[order]
+    return sorted_to_ptr(keys, num_src), dst[perm], perm, keys
 
 
 def _ptr_to_index(ptr: Tensor) -> Tensor:

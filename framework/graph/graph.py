@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from graphfuse.checks import check_bools
-from graphfuse.graph.convert import _coo_to_csc, _coo_to_csr, _ptr_to_index
+from graphfuse.graph.convert import _coo_to_csc, _coo_to_csr
 
 
 class CSR(NamedTuple):
@@ -152,8 +152,7 @@ class Graph:
         """CSR with rows = targets (aggregation into targets reads this)."""
 
         def build() -> CSR:
-            rowptr, col, perm = _coo_to_csr(self.edge_index, self.num_dst)
-            return CSR(rowptr, col, perm, _ptr_to_index(rowptr))
+            return CSR(*_coo_to_csr(self.edge_index, self.num_dst))
 
         return self.cached("csr", build)
 
@@ -162,8 +161,7 @@ class Graph:
         """CSC with columns = sources (the transpose; backward passes read this)."""
 
         def build() -> CSC:
-            colptr, row, perm = _coo_to_csc(self.edge_index, self.num_src)
-            return CSC(colptr, row, perm, _ptr_to_index(colptr))
+            return CSC(*_coo_to_csc(self.edge_index, self.num_src))
 
         return self.cached("csc", build)
 

@@ -5,7 +5,7 @@ import torch
 from torch_geometric.data import Data
 from torch_geometric.nn.conv.gcn_conv import gcn_norm as pyg_gcn_norm
 
-from cases import GRAPH_CASES, make_graph_case
+from cases import GRAPH_CASES, make_graph_case, torch_row_schedule
 from graphfuse import Graph, aggregate
 from graphfuse.graph import (
     add_remaining_self_loops,
@@ -29,7 +29,10 @@ def test_csr_csc_match_dense(device):
         assert torch.equal(g.edge_index[:, perm], torch.stack([col, row])), name
         colptr, crow, cperm, ccol = g.csc
         assert torch.equal(g.edge_index[:, cperm], torch.stack([ccol, crow])), name
+        assert torch.equal(rowptr.diff(), torch.bincount(g.edge_index[1], minlength=g.num_dst)), name
+        assert torch.equal(colptr.diff(), torch.bincount(g.edge_index[0], minlength=g.num_src)), name
         assert torch.equal(colptr.diff(), g.out_degree) and torch.equal(rowptr.diff(), g.in_degree)
+        assert torch.equal(row, ptr_to_index(rowptr)) and torch.equal(ccol, ptr_to_index(colptr)), name
         # csr_to_csc maps CSR-ordered values onto CSC order
         assert torch.equal(perm[g.csr_to_csc], cperm), name
 
@@ -59,11 +62,12 @@ def test_to_same_device_keeps_cache():
 def test_to_moves_formats_and_leaves_device_bound_caches_behind():
     """A graph that has been aggregated on (row schedule with an int field, a plan dict, a normalised graph
     cached on it) moves to another device: formats move, kernel-side objects stay behind to be rebuilt."""
-    from graphfuse.engine import autograd
+    from graphfuse.kernels.spmm import RowSchedule
 
     src = torch.arange(1, 200)
     g = Graph(torch.stack([src, torch.zeros_like(src)]), num_nodes=200)
-    assert autograd._schedule(g, "csr") is not None  # a RowSchedule: tensors and an int
+    # a row schedule, as GE-SpMM caches it (tensors and ints; built by kernels on a GPU, here by the oracle)
+    g.cached(("kernels", "schedule", "csr"), lambda: RowSchedule(*torch_row_schedule(g.csr.rowptr, 32)))
     aggregate(g, torch.randn(200, 3))  # fills the dispatch memo (a dict)
     g.cached("derived", lambda: Graph(g.edge_index.flip(0), num_nodes=200))  # e.g. a normalised graph
     moved = g.to("meta")

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import graphfuse
-from cases import GRAPH_CASES, TOLERANCES, make_big_hub, make_graph_case
-from graphfuse.engine import reference
+from cases import GRAPH_CASES, TOLERANCES, make_big_hub, make_graph_case, torch_row_schedule
+from graphfuse.engine import autograd, reference
 from graphfuse.kernels import gas as gas_kernels
 from graphfuse.kernels import hp_spmm as hp_spmm_kernels
 from graphfuse.kernels import sddmm as sddmm_kernels
@@ -279,6 +279,77 @@ def test_gas_fused_self_loops():
     gt = graphfuse.Graph(g.edge_index.flip(0), num_nodes=g.num_nodes)
     ref_dx = reference.aggregate(gt, grad.double(), w.double()) + sw.double().unsqueeze(1) * grad.double()
     assert_close(dx, ref_dx, reference.aggregate(gt, grad.double().abs(), w.double()) + grad.double().abs())
+
+
+@pytest.mark.parametrize("segment", [1, 2, 3, 100])
+def test_row_schedule_covers_rows(segment):
+    deg = torch.tensor([0, 5, 1, 0, 7, 2, 3], device="cuda")
+    rowptr = torch.cat([torch.zeros(1, dtype=torch.int64, device="cuda"), deg.cumsum(0)])
+    sched = spmm_kernels.row_schedule(rowptr, segment)
+    if deg.max() <= segment:
+        assert sched is None
+        return
+    seg_len = sched.seg_ptr.diff()
+    assert int(seg_len.max()) <= segment and int(seg_len.min()) >= 0
+    assert sched.seg_ptr[0] == 0 and sched.seg_ptr[-1] == rowptr[-1]
+    # each row's segments tile exactly its entries
+    for r in range(deg.numel()):
+        segs = (sched.seg_row == r).nonzero().flatten()
+        assert segs.numel() >= 1
+        assert int(sched.seg_ptr[segs[0]]) == int(rowptr[r]) and int(sched.seg_ptr[segs[-1] + 1]) == int(rowptr[r + 1])
+        long = bool((sched.long_rows == r).any())
+        assert long == (int(deg[r]) > segment)
+        if long:  # consecutive workspace rows, in order, where both folds look for them
+            i = int((sched.long_rows == r).nonzero())
+            slots = (-sched.seg_slot[segs] - 1).tolist()
+            assert slots == list(range(int(sched.long_ptr[i]), int(sched.long_ptr[i + 1])))
+            within = ((sched.seg_ptr[segs] - rowptr[r]) // segment).tolist()
+            assert [p - w for p, w in zip(slots, within)] == [slots[0]] * len(slots)
+        else:
+            assert sched.seg_slot[segs].tolist() == [r]
+    assert sched.segment == segment
+    assert sched.num_partials == int(sched.long_ptr[-1])
+
+
+@pytest.mark.parametrize("rows", [1, 2, 1000, 70_000])
+@pytest.mark.parametrize("segment", [1, 32, 256])
+def test_row_schedule_matches_the_tensor_form(rows, segment):
+    """Empty rows, rows of exactly ``segment`` entries, hubs, one row and more rows than the capped grid's
+    threads (the grid-stride loop), against the oracle, on an allocator poisoned before the run."""
+    gen = torch.Generator(device="cuda").manual_seed(rows + segment)
+    deg = torch.randint(0, 3 * segment + 2, (rows,), device="cuda", generator=gen)
+    deg[torch.randperm(rows, device="cuda", generator=gen)[: max(1, rows // 50)]] = 0
+    deg[rows // 2] = segment
+    deg[-1] = 40 * segment + 3  # a hub
+    rowptr = torch.cat([deg.new_zeros(1), deg.cumsum(0)])
+    sched = spmm_kernels.row_schedule(rowptr, segment)
+    want = torch_row_schedule(rowptr, segment)
+    for name, got, expected in zip(sched._fields, sched, want):
+        assert torch.equal(got, expected) if isinstance(got, torch.Tensor) else got == expected, name
+
+
+def test_row_schedule_splits_only_above_split_above():
+    """``split_above`` (the engine's SPLIT_MIN_DEGREE) leaves a graph unsplit unless a row is longer than it;
+    when one is, every row longer than ``segment`` is split, as without it."""
+    rowptr = torch.tensor([0, 5, 6, 6, 13], device="cuda")  # degrees 5, 1, 0, 7
+    assert spmm_kernels.row_schedule(rowptr, 2, split_above=7) is None
+    split = spmm_kernels.row_schedule(rowptr, 2, split_above=6)
+    assert all(torch.equal(a, b) for a, b in zip(split[:5], spmm_kernels.row_schedule(rowptr, 2)[:5]))
+    assert split.long_rows.tolist() == [0, 3] and split.num_partials == 3 + 4
+    assert spmm_kernels.row_schedule(rowptr[:1], 2) is None  # no rows
+
+
+def test_rows_are_split_only_past_the_minimum_degree():
+    def star(degree):
+        src = torch.arange(1, degree + 1)
+        return graphfuse.Graph(torch.stack([src, torch.zeros_like(src)]), num_nodes=degree + 1).to("cuda")
+
+    assert autograd._schedule(star(autograd.SPLIT_MIN_DEGREE), "csr") is None
+    sched = autograd._schedule(star(autograd.SPLIT_MIN_DEGREE + 1), "csr")
+    assert sched is not None and sched.long_rows.tolist() == [0] and sched.num_partials == 3
+    step = autograd.SMALL_SEGMENT  # small graphs: short segments
+    assert sched.seg_ptr.tolist()[:3] == [0, step, 2 * step]
+    assert autograd._schedule(graphfuse.Graph(torch.empty(2, 0, dtype=torch.long, device="cuda"), num_nodes=0), "csr") is None
 
 
 def test_gespmm_schedule_splits_hub_rows():

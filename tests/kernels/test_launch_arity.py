@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import graphfuse
-from cases import make_graph_case
+from cases import make_graph_case, schedule_counts, torch_row_schedule
 from graphfuse.engine import attention, autograd
 from graphfuse.kernels import runtime as rt
 
@@ -62,6 +62,22 @@ def recorded(monkeypatch):
     monkeypatch.setattr(rt, "current_stream", lambda device: 0)
     monkeypatch.setattr(rt, "full_wave", lambda *args: 1056)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    # GE-SpMM's row schedule reads back what its first kernel wrote: the recorded launches get the values
+    # the kernels would have written, so that the split-row launches that follow are recorded too
+    from graphfuse.kernels import spmm
+
+    real_counts, real_fill = spmm._schedule_counts, spmm._schedule_fill
+
+    def counts(rowptr, segment, threshold):
+        return real_counts(rowptr, segment, threshold).copy_(schedule_counts(rowptr, segment, threshold))
+
+    def fill(rowptr, incl, segment, parts):
+        real_fill(rowptr, incl, segment, parts)
+        for part, value in zip(parts, torch_row_schedule(rowptr, segment)):
+            part.copy_(value)
+
+    monkeypatch.setattr(spmm, "_schedule_counts", counts)
+    monkeypatch.setattr(spmm, "_schedule_fill", fill)
     return calls
 
 

@@ -88,34 +88,19 @@ def test_gas_validation():
         gas.gas_forward(src, src, torch.zeros(3, 4), num_dst=5, self_loops=True)
 
 
-@pytest.mark.parametrize("segment", [1, 2, 3, 100])
-def test_row_schedule_covers_rows(segment):
-    deg = torch.tensor([0, 5, 1, 0, 7, 2, 3])
-    rowptr = torch.cat([torch.zeros(1, dtype=torch.int64), deg.cumsum(0)])
-    sched = spmm.row_schedule(rowptr, segment)
-    if deg.max() <= segment:
-        assert sched is None
-        return
-    seg_len = sched.seg_ptr.diff()
-    assert int(seg_len.max()) <= segment and int(seg_len.min()) >= 0
-    assert sched.seg_ptr[0] == 0 and sched.seg_ptr[-1] == rowptr[-1]
-    # each row's segments tile exactly its entries
-    for r in range(deg.numel()):
-        segs = (sched.seg_row == r).nonzero().flatten()
-        assert segs.numel() >= 1
-        assert int(sched.seg_ptr[segs[0]]) == int(rowptr[r]) and int(sched.seg_ptr[segs[-1] + 1]) == int(rowptr[r + 1])
-        long = bool((sched.long_rows == r).any())
-        assert long == (int(deg[r]) > segment)
-        if long:  # consecutive workspace rows, in order, where both folds look for them
-            i = int((sched.long_rows == r).nonzero())
-            slots = (-sched.seg_slot[segs] - 1).tolist()
-            assert slots == list(range(int(sched.long_ptr[i]), int(sched.long_ptr[i + 1])))
-            within = ((sched.seg_ptr[segs] - rowptr[r]) // segment).tolist()
-            assert [p - w for p, w in zip(slots, within)] == [slots[0]] * len(slots)
-        else:
-            assert sched.seg_slot[segs].tolist() == [r]
-    assert sched.segment == segment
-    assert sched.num_partials == int(sched.long_ptr[-1])
+def test_row_schedule_checks_its_arguments():
+    rowptr = torch.tensor([0, 5, 6, 6, 13])
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="row_schedule: split_above must be an int >= 0"):
+            spmm.row_schedule(rowptr, 2, split_above=bad)
+    with pytest.raises(ValueError, match="row_schedule: segment must be an int >= 1"):
+        spmm.row_schedule(rowptr, 0)
+    with pytest.raises(TypeError, match="row_schedule: rowptr must have dtype torch.int64"):
+        spmm.row_schedule(rowptr.int(), 2)
+    with pytest.raises(ValueError, match="row_schedule: rowptr must have at least one element"):
+        spmm.row_schedule(rowptr[:0], 2)
+    with pytest.raises(ValueError, match="row_schedule: rowptr must be a CUDA tensor"):
+        spmm.row_schedule(rowptr, 2)
 
 
 @pytest.mark.parametrize("case", ["unsorted", "hub", "isolated", "bipartite"])
@@ -286,19 +271,6 @@ def test_hp_sddmm_config(c, expected):
     from graphfuse.kernels import sddmm
 
     assert sddmm.config(c, torch.float32, []) == expected
-
-
-def test_rows_are_split_only_past_the_minimum_degree():
-    def star(degree):
-        src = torch.arange(1, degree + 1)
-        return graphfuse.Graph(torch.stack([src, torch.zeros_like(src)]), num_nodes=degree + 1)
-
-    assert autograd._schedule(star(autograd.SPLIT_MIN_DEGREE), "csr") is None
-    sched = autograd._schedule(star(autograd.SPLIT_MIN_DEGREE + 1), "csr")
-    assert sched is not None and sched.long_rows.tolist() == [0] and sched.num_partials == 3
-    step = autograd.SMALL_SEGMENT  # small graphs: short segments
-    assert sched.seg_ptr.tolist()[:3] == [0, step, 2 * step]
-    assert autograd._schedule(graphfuse.Graph(torch.empty(2, 0, dtype=torch.long), num_nodes=0), "csr") is None
 
 
 @pytest.mark.parametrize(

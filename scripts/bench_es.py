@@ -4,8 +4,8 @@ For each experiment (any config of configs/experiment, plus overrides): train it
 run directory under ``--runs-dir``), reload the best checkpoint, evaluate the full-graph forward pass without
 sampling, then under ``graphfuse.use_sampling(EdgeSampling(S, strategy))`` for S in ``--widths`` and each
 strategy. Every ``aggregate`` of the model is sampled (GCN, GraphSAGE, GraphSAINT layers). Reported: test
-accuracy, its change against the unsampled model, and the median wall time of the forward pass (synchronised,
-after warm-up) with its speedup.
+accuracy, its change against the unsampled model, and the median time of the forward pass (CUDA events on a GPU,
+synchronised wall time on a CPU; 20 runs after warm-up) with its speedup.
 
 The sampled path runs the engine's ``sampled_aggregate`` op: the ES-SpMM kernel on CUDA (kernels/es_spmm.cu),
 the plain-PyTorch reference on CPU; both keep the same entries, so the accuracies agree and only the times say
@@ -37,18 +37,26 @@ from graphfuse.trainers.run import train
 WIDTHS = [16, 32, 64, 128, 256, 512]
 
 
-def forward_ms(module: NodeClassifier, batch, repeats: int = 5) -> float:
-    """Median synchronised wall time of one eval forward pass (ms)."""
-    times = []
-    for _ in range(repeats + 1):
-        if batch.x.is_cuda:
-            torch.cuda.synchronize()
-        start = time.perf_counter()
+def forward_ms(module: NodeClassifier, batch, repeats: int = 20, warmup: int = 3) -> float:
+    """Median time of one eval forward pass (ms) over ``repeats`` runs after ``warmup``: CUDA events around each
+    pass on a GPU (after a sync), synchronised wall time on a CPU."""
+    for _ in range(warmup):
         module(batch.x, batch.graph)
+    times = []
+    for _ in range(repeats):
         if batch.x.is_cuda:
             torch.cuda.synchronize()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times[1:])
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            module(batch.x, batch.graph)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            begin = time.perf_counter()
+            module(batch.x, batch.graph)
+            times.append((time.perf_counter() - begin) * 1e3)
+    return statistics.median(times)
 
 
 def bench_experiment(spec: str, overrides: list[str], runs_dir: Path, widths: list[int]) -> dict:
@@ -89,7 +97,8 @@ def markdown(report: dict) -> str:
     lines = ["# Edge-sampled inference (ES-SpMM semantics)", "",
              f"{report['date']}, torch {report['torch']}{', ' + report['gpu'] if report.get('gpu') else ''}. Test "
              "accuracy of the best checkpoint with every aggregation sampled to at most S in-edges per node; Δ in "
-             "points against the unsampled model; forward = one eval pass (median wall ms, synchronised). On CUDA "
+             "points against the unsampled model; forward = one eval pass in ms (median of 20 after warm-up: CUDA "
+             "events on a GPU, synchronised wall time on a CPU). On CUDA "
              "the sampled path is the ES-SpMM kernel and the unsampled one the default (\"auto\") backend; on CPU "
              "both are the plain-PyTorch reference.", ""]
     for r in report["experiments"]:

@@ -233,30 +233,37 @@ __global__ void gespmm_schedule_count(const i64* __restrict__ rowptr, i64* __res
   }
 }
 
-// Pass 2, from the counts' inclusive sums along each row of `incl`: the row's segments start at entry
-// rowptr[r] + j * segment and go to output row r, or (split rows) to consecutive workspace rows -(p + 1);
-// a split row's index among the split rows places it in long_rows and its end in long_ptr. The sizes were
+// Pass 2, from the counts' inclusive sums along each row of `incl`: a thread per segment (grid-stride), which
+// finds its row by binary search over the segment sums (every row has at least one segment, so they rise
+// strictly), so that a hub's thousands of segments are written in parallel. A segment starts at entry
+// rowptr[r] + j * segment and goes to output row r, or (split rows) to consecutive workspace rows -(p + 1); a
+// split row's first segment also writes the row's place in long_rows and its end in long_ptr. The sizes were
 // read from the sums' last column, so every write lands inside the tensors allocated from them.
 __global__ void gespmm_schedule_fill(const i64* __restrict__ rowptr, const i64* __restrict__ incl, i64 rows,
                                      i64 segment, i64* __restrict__ seg_ptr, i64* __restrict__ seg_row,
                                      i64* __restrict__ seg_slot, i64* __restrict__ long_rows,
                                      i64* __restrict__ long_ptr) {
-  for (i64 r = (i64)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += (i64)gridDim.x * blockDim.x) {
-    const i64 end = incl[r], nseg = end - (r ? incl[r - 1] : 0), first = end - nseg, start = rowptr[r];
+  const i64 total = incl[rows - 1];
+  for (i64 s = (i64)blockIdx.x * blockDim.x + threadIdx.x; s < total; s += (i64)gridDim.x * blockDim.x) {
+    i64 lo = 0, hi = rows - 1;  // the row of segment s: the first r with incl[r] > s
+    while (lo < hi) {
+      const i64 mid = lo + (hi - lo) / 2;
+      if (incl[mid] > s) hi = mid;
+      else lo = mid + 1;
+    }
+    const i64 r = lo, end = incl[r], nseg = end - (r ? incl[r - 1] : 0), j = s - (end - nseg);
     const bool split = nseg > 1;
     const i64 p0 = incl[2 * rows + r] - (split ? nseg : 0);
-    for (i64 j = 0; j < nseg; ++j) {
-      seg_ptr[first + j] = start + j * segment;
-      seg_row[first + j] = r;
-      seg_slot[first + j] = split ? -(p0 + j + 1) : r;
-    }
-    if (split) {
+    seg_ptr[s] = rowptr[r] + j * segment;
+    seg_row[s] = r;
+    seg_slot[s] = split ? -(p0 + j + 1) : r;
+    if (split && j == 0) {
       const i64 l = incl[rows + r] - 1;
       long_rows[l] = r;
       long_ptr[l + 1] = p0 + nseg;
     }
-    if (r == 0) {
-      seg_ptr[incl[rows - 1]] = rowptr[rows];
+    if (s == 0) {
+      seg_ptr[total] = rowptr[rows];
       long_ptr[0] = 0;
     }
   }

@@ -62,8 +62,8 @@ def row_schedule(rowptr: Tensor, segment: int = DEFAULT_SEGMENT, split_above: in
     if rowptr.numel() < 1:
         raise ValueError(f"row_schedule: rowptr must have at least one element (R + 1); got shape {tuple(rowptr.shape)}")
     for name, value, low in (("segment", segment, 1), ("split_above", split_above, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"row_schedule: {name} must be an int >= {low}; got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value < 1 << 62:
+            raise ValueError(f"row_schedule: {name} must be an int in [{low}, 2**62); got {value!r}")
     device = rt.check_devices("row_schedule", {"rowptr": rowptr})
     rows = rowptr.numel() - 1
     if rows == 0:
@@ -78,14 +78,16 @@ def row_schedule(rowptr: Tensor, segment: int = DEFAULT_SEGMENT, split_above: in
     return RowSchedule(*parts, segment, num_partials)
 
 
-def _schedule_grid(rowptr: Tensor) -> tuple[int]:
-    return (min(-(-(rowptr.numel() - 1) // rt.BLOCK), 1 << 16),)
+def _schedule_grid(threads: int) -> tuple[int]:
+    """The schedule kernels' grid for ``threads`` threads' worth of work (capped: the kernels loop with a grid
+    stride)."""
+    return (min(-(-threads // rt.BLOCK), 1 << 16),)
 
 
 def _schedule_counts(rowptr: Tensor, segment: int, threshold: int) -> Tensor:
     """gespmm_schedule_count: (4, R) segments, split flag, partials and "longer than threshold" per row."""
     counts = torch.empty(4, rowptr.numel() - 1, dtype=torch.int64, device=rowptr.device)
-    rt.launch(FILE, SCHEDULE_KERNELS[0], rowptr.device, _schedule_grid(rowptr), (rt.BLOCK,),
+    rt.launch(FILE, SCHEDULE_KERNELS[0], rowptr.device, _schedule_grid(counts.size(1)), (rt.BLOCK,),
               (rowptr.data_ptr(), counts.data_ptr(), counts.size(1), segment, threshold), family=SCHEDULE_KERNELS)
     return counts
 
@@ -93,7 +95,7 @@ def _schedule_counts(rowptr: Tensor, segment: int, threshold: int) -> Tensor:
 def _schedule_fill(rowptr: Tensor, incl: Tensor, segment: int, parts: tuple[Tensor, ...]) -> None:
     """gespmm_schedule_fill: writes ``parts`` (seg_ptr, seg_row, seg_slot, long_rows, long_ptr) from the
     inclusive sums ``incl`` of :func:`_schedule_counts`."""
-    rt.launch(FILE, SCHEDULE_KERNELS[1], rowptr.device, _schedule_grid(rowptr), (rt.BLOCK,),
+    rt.launch(FILE, SCHEDULE_KERNELS[1], rowptr.device, _schedule_grid(parts[1].numel()), (rt.BLOCK,),
               (rowptr.data_ptr(), incl.data_ptr(), incl.size(1), segment, *(t.data_ptr() for t in parts)),
               family=SCHEDULE_KERNELS)
 

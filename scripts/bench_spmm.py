@@ -557,7 +557,7 @@ def markdown(report: dict) -> str:
     if report.get("host_overhead_us"):
         lines.append("- host cost per call, Cora-sized graph, K=64 (us): " + ", ".join(
             f"{name} {value:.1f}" for name, value in report["host_overhead_us"].items()))
-    if s.get("cold"):
+    if s["cold"]["gespmm"]["cells"] or s["cold"]["hpspmm"]["cells"]:
         lines += cold_lines(report)
     if report.get("gar_training"):
         lines += ["", *gar_lines(report["gar_training"])]

@@ -311,16 +311,21 @@ def test_row_schedule_covers_rows(segment):
     assert sched.num_partials == int(sched.long_ptr[-1])
 
 
+@pytest.mark.parametrize("one_block", [False, True])
 @pytest.mark.parametrize("rows", [1, 2, 1000, 70_000])
 @pytest.mark.parametrize("segment", [1, 32, 256])
-def test_row_schedule_matches_the_tensor_form(rows, segment):
-    """Empty rows, rows of exactly ``segment`` entries, hubs, one row and more rows than the capped grid's
-    threads (the grid-stride loop), against the oracle, on an allocator poisoned before the run."""
+def test_row_schedule_matches_the_tensor_form(rows, segment, one_block, monkeypatch):
+    """Empty rows, rows of exactly ``segment`` entries, hubs first and last, one row, against the oracle, on an
+    allocator poisoned before the run; ``one_block``: both kernels on a single block, so that their
+    grid-stride loops take many turns (the real grid's cap is reached only past 16M rows or segments)."""
+    if one_block:
+        monkeypatch.setattr(spmm_kernels, "_schedule_grid", lambda threads: (1,))
     gen = torch.Generator(device="cuda").manual_seed(rows + segment)
     deg = torch.randint(0, 3 * segment + 2, (rows,), device="cuda", generator=gen)
     deg[torch.randperm(rows, device="cuda", generator=gen)[: max(1, rows // 50)]] = 0
     deg[rows // 2] = segment
-    deg[-1] = 40 * segment + 3  # a hub
+    deg[0] = 7 * segment + 1  # hubs
+    deg[-1] = 40 * segment + 3
     rowptr = torch.cat([deg.new_zeros(1), deg.cumsum(0)])
     sched = spmm_kernels.row_schedule(rowptr, segment)
     want = torch_row_schedule(rowptr, segment)

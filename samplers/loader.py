@@ -297,7 +297,7 @@ class NeighborLoader:
         x, y = gathered.pop("x"), gathered.pop("y")
         weight = None if self.graph.edge_weight is None else self.graph.edge_weight[out.e_id]
         return Batch(
-            graph=Graph(out.edge_index, num_nodes=out.num_nodes, edge_weight=weight, validate=False),
+            graph=_target_sorted_graph(out.edge_index, out.num_nodes, weight),  # every subgraph type sorts by target
             n_id=out.n_id,
             e_id=out.e_id,
             x=x,

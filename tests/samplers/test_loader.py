@@ -175,6 +175,24 @@ def test_neighbor_loader_is_reproducible_by_seed(device):
     assert not all(torch.equal(p[0], q[0]) for p, q in zip(a, c))
 
 
+@pytest.mark.parametrize("subgraph_type", ["directional", "bidirectional", "induced"])
+@pytest.mark.parametrize("disjoint", [False, True])
+@pytest.mark.parametrize("replace", [False, True])
+def test_neighbor_batches_are_target_sorted(subgraph_type, disjoint, replace, device):
+    """NeighborLoader hands its batch graph a CSR without sorting (the sampled edges come by target): it must
+    be the CSR that sorting builds, for every subgraph type, also with repeated seeds."""
+    graph = make_graph_case("hub", device)
+    w = torch.rand(graph.num_edges, generator=torch.Generator().manual_seed(0)).to(device)
+    graph = graphfuse.Graph(graph.edge_index, num_nodes=graph.num_nodes, edge_weight=w)
+    loader = NeighborLoader(graph, [3, -1], input_nodes=torch.tensor([0, 5, 5, 9, 0], device=device),
+                            batch_size=5, replace=replace, subgraph_type=subgraph_type, disjoint=disjoint, seed=1)
+    batch = next(iter(loader))
+    assert batch.graph.num_edges > 0
+    rebuilt = graphfuse.Graph(batch.edge_index, num_nodes=batch.num_nodes, edge_weight=batch.graph.edge_weight)
+    for got, want in zip(batch.graph.csr, rebuilt.csr):
+        assert torch.equal(got, want)
+
+
 def test_neighbor_loader_disjoint_and_to_pyg():
     graph = make_graph_case("hub")
     x, y, train = node_data(graph)

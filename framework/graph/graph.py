@@ -161,7 +161,7 @@ class Graph:
         """CSC with columns = sources (the transpose; backward passes read this)."""
 
         def build() -> CSC:
-            return CSC(*_coo_to_csc(self.edge_index, self.num_src))
+            return CSC(*_coo_to_csc(self.edge_index, self.num_src, self.num_dst))
 
         return self.cached("csc", build)
 

@@ -190,3 +190,15 @@ def test_exported_conversions_check_their_input():
         ptr_to_index(torch.tensor([0, 3, 1]))
     assert torch.equal(coo_to_csr(torch.tensor([[0, 1], [1, 2]]), 3)[0], torch.tensor([0, 0, 1, 2]))
     assert torch.equal(ptr_to_index(torch.tensor([0, 2, 2, 3])), torch.tensor([0, 0, 2]))
+
+
+def test_node_ids_sort_stably_as_int32_and_int64():
+    """Graph's formats sort node ids as int32 when they fit (half the radix passes); the order, the sorted ids
+    and their dtype are those of the int64 sort."""
+    from graphfuse.graph.convert import _sort_ids
+
+    ids = torch.randint(0, 50, (500,), generator=torch.Generator().manual_seed(0))
+    want = torch.sort(ids, stable=True)
+    for size in (50, 1 << 31):  # int32 keys; too many nodes for them
+        keys, perm = _sort_ids(ids, size)
+        assert keys.dtype == torch.int64 and torch.equal(keys, want.values) and torch.equal(perm, want.indices)

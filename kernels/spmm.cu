@@ -217,9 +217,9 @@ __global__ void __launch_bounds__(128) gespmm_combine(
 // Row schedule (spmm.row_schedule): rows longer than `segment` entries are cut into segments of `segment`
 // entries; built on the device in two launches around one cumulative sum, so that a graph built per batch
 // (sampled training) pays a handful of launches and one host sync for it, not the ~35 tensor operations of
-// the same computation in PyTorch. A thread per row (grid-stride).
+// the same computation in PyTorch. Both passes loop with a grid stride.
 //
-// Pass 1: counts (4, rows): the row's segments, 1 if it is split, its partials (= its segments when split, else
+// Pass 1, a thread per row: counts (4, rows): the row's segments, 1 if it is split, its partials (= its segments when split, else
 // 0), 1 if it is longer than `threshold` (the schedule is needed at all only when some row is).
 __global__ void gespmm_schedule_count(const i64* __restrict__ rowptr, i64* __restrict__ counts, i64 rows,
                                       i64 segment, i64 threshold) {

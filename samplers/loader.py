@@ -27,6 +27,7 @@ from torch import Tensor
 from graphfuse.checks import check_bools, is_finite_real
 from graphfuse.data.seeds import check_seed
 from graphfuse.graph import CSR, Graph
+from graphfuse.graph.convert import sorted_to_ptr
 from graphfuse.samplers.batch import Batch
 from graphfuse.samplers.neighbor import NeighborSampler
 from graphfuse.samplers.saint import check_sampler
@@ -90,8 +91,7 @@ def _target_sorted_graph(edge_index: Tensor, num_nodes: int, edge_weight: Tensor
     """A Graph over edges already sorted by target, with its CSR filled in without a sort."""
     graph = Graph(edge_index, num_nodes=num_nodes, edge_weight=edge_weight, validate=False)
     src, dst = edge_index
-    nodes = torch.arange(num_nodes + 1, device=edge_index.device)
-    rowptr = torch.searchsorted(dst, nodes)
+    rowptr = sorted_to_ptr(dst, num_nodes)
     perm = torch.arange(edge_index.size(1), device=edge_index.device)
     graph.cached("csr", lambda: CSR(rowptr, src, perm, dst))
     return graph

@@ -14,6 +14,12 @@ def check_bools(owner: str, **values: bool) -> None:
             raise TypeError(f"{owner}: {arg} must be a bool; got {value!r}")
 
 
+def is_int(value: object) -> bool:
+    """Whether ``value`` is an integer (a NumPy one too), not a bool: the test of every count, width, budget and
+    seed argument; the caller stores ``int(value)``."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def is_finite_real(value: object) -> bool:
     """Whether ``value`` is a real number (a NumPy one too, not a bool) that is neither infinite nor NaN; the
     callers add their own bounds."""

@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping, Sequence
 import torch
 from torch import Tensor
 
-from graphfuse.checks import check_bools, is_finite_real
+from graphfuse.checks import check_bools, is_finite_real, is_int
 from graphfuse.data.seeds import check_seed
 from graphfuse.graph import CSR, Graph
 from graphfuse.graph.convert import sorted_to_ptr
@@ -49,7 +49,7 @@ def make_generator(device: torch.device, seed: int | None, owner: str = "make_ge
     if seed is None:
         generator.seed()
     else:
-        generator.manual_seed(seed)
+        generator.manual_seed(int(seed))  # the check takes NumPy integers; manual_seed takes an int only
     return generator
 
 
@@ -142,7 +142,7 @@ class SaintLoader:
         _check_square(graph, "SaintLoader")
         check_sampler("SaintLoader", sampler)
         check_bools("SaintLoader", normalize_edges=normalize_edges)
-        if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
+        if not is_int(num_steps) or num_steps < 1:
             raise ValueError(f"SaintLoader: num_steps must be an int ≥ 1; got {num_steps!r}")
         if norm not in NORMS:
             raise ValueError(f"SaintLoader: norm must be one of {list(NORMS)}; got {norm!r}")
@@ -157,7 +157,7 @@ class SaintLoader:
         self.graph = graph
         self.normalize_edges = normalize_edges
         self.sampler = sampler
-        self.num_steps = num_steps
+        self.num_steps = int(num_steps)
         self.norm = norm
         self.generator = make_generator(graph.device, seed, "SaintLoader")
         self._gatherer = _Gatherer(graph, x, y, node_data, "SaintLoader")
@@ -241,14 +241,14 @@ class NeighborLoader:
         seed: int | None = None,
     ) -> None:
         _check_square(graph, "NeighborLoader")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        if not is_int(batch_size) or batch_size < 1:
             raise ValueError(f"NeighborLoader: batch_size must be an int ≥ 1; got {batch_size!r}")
         check_bools("NeighborLoader", shuffle=shuffle, drop_last=drop_last)
         self.graph = graph
         self.sampler = NeighborSampler(num_neighbors, replace=replace, subgraph_type=subgraph_type,
                                        disjoint=disjoint)
         self.input_nodes = self._input_nodes(graph, input_nodes)
-        self.batch_size = batch_size
+        self.batch_size = int(batch_size)
         self.shuffle = shuffle
         self.drop_last = drop_last
         self.generator = make_generator(graph.device, seed, "NeighborLoader")

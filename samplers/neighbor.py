@@ -30,7 +30,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from graphfuse.checks import check_bools
+from graphfuse.checks import check_bools, is_int
 from graphfuse.graph import Graph
 from graphfuse.kernels import sampling as sampling_kernels
 from graphfuse.samplers.saint import check_generator
@@ -87,10 +87,10 @@ def sample_neighbors(
     check_generator(generator, graph.device, "sample_neighbors")
     nodes = check_node_ids("sample_neighbors", "nodes", nodes, graph)
     check_bools("sample_neighbors", replace=replace)
-    if isinstance(num_neighbors, bool) or not isinstance(num_neighbors, int) or num_neighbors < -1:
+    if not is_int(num_neighbors) or num_neighbors < -1:
         raise ValueError(f"sample_neighbors: num_neighbors must be an int ≥ -1 (-1: all in-edges); got "
                          f"{num_neighbors!r}")
-    return _hop(graph, nodes, num_neighbors, replace, generator)
+    return _hop(graph, nodes, int(num_neighbors), replace, generator)
 
 
 def _hop(graph: Graph, nodes: Tensor, k: int, replace: bool, generator: torch.Generator | None) -> SampledEdges:
@@ -239,13 +239,13 @@ class NeighborSampler:
     disjoint: bool = False
 
     def __post_init__(self) -> None:
-        if isinstance(self.num_neighbors, int) or not isinstance(self.num_neighbors, Sequence):
+        if is_int(self.num_neighbors) or not isinstance(self.num_neighbors, Sequence):
             raise TypeError(f"NeighborSampler: num_neighbors must be a sequence of ints (one per hop); got "
                             f"{self.num_neighbors!r}")
         fanouts = tuple(self.num_neighbors)
-        if any(isinstance(k, bool) or not isinstance(k, int) or k < -1 for k in fanouts):
+        if any(not is_int(k) or k < -1 for k in fanouts):
             raise ValueError(f"NeighborSampler: num_neighbors entries must be ints ≥ -1; got {list(fanouts)}")
-        object.__setattr__(self, "num_neighbors", fanouts)
+        object.__setattr__(self, "num_neighbors", tuple(int(k) for k in fanouts))
         check_bools("NeighborSampler", replace=self.replace, disjoint=self.disjoint)
         if self.subgraph_type not in SUBGRAPH_TYPES:
             raise ValueError(f"NeighborSampler: subgraph_type must be one of {list(SUBGRAPH_TYPES)}; got "

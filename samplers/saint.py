@@ -27,6 +27,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
+from graphfuse.checks import is_int
 from graphfuse.graph import Graph
 from graphfuse.samplers.subgraph import Subgraph, _check_square, _induced_edges, check_node_ids
 
@@ -49,9 +50,17 @@ def check_sampler(name: str, sampler: object) -> None:
                         f"got {sampler!r}")
 
 
-def _check_positive(name: str, field: str, value: object, minimum: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+def _check_positive(name: str, field: str, value: object, minimum: int = 1) -> int:
+    """``value`` as an int (a NumPy integer too); ValueError unless it is an int ≥ ``minimum``."""
+    if not is_int(value) or value < minimum:
         raise ValueError(f"{name}: {field} must be an int ≥ {minimum}; got {value!r}")
+    return int(value)
+
+
+def _int_field(sampler: object, field: str, minimum: int = 1) -> None:
+    """Check a frozen sampler's int field and store it as an int (a NumPy value would change its repr)."""
+    value = _check_positive(type(sampler).__name__, field, getattr(sampler, field), minimum)
+    object.__setattr__(sampler, field, value)
 
 
 def _check_edges(graph: Graph, name: str) -> None:
@@ -79,7 +88,7 @@ def random_walk(graph: Graph, start: Tensor, walk_length: int, generator: torch.
     """
     _check_square(graph, "random_walk")
     check_generator(generator, graph.device, "random_walk")
-    _check_positive("random_walk", "walk_length", walk_length, minimum=0)
+    walk_length = _check_positive("random_walk", "walk_length", walk_length, minimum=0)
     return _walk(graph, check_node_ids("random_walk", "start", start, graph), walk_length, generator)
 
 
@@ -132,7 +141,7 @@ class SaintNodeSampler(_SaintSampler):
     name: ClassVar[str] = "saint_node"
 
     def __post_init__(self) -> None:
-        _check_positive("SaintNodeSampler", "budget", self.budget)
+        _int_field(self, "budget")
 
     def draw(self, graph: Graph, num_samples: int, generator: torch.Generator | None = None) -> Tensor:
         """Shapes: → (num_samples, budget) source nodes of the drawn edges."""
@@ -174,7 +183,7 @@ class SaintEdgeSampler(_SaintSampler):
     name: ClassVar[str] = "saint_edge"
 
     def __post_init__(self) -> None:
-        _check_positive("SaintEdgeSampler", "budget", self.budget)
+        _int_field(self, "budget")
 
     def draw(self, graph: Graph, num_samples: int, generator: torch.Generator | None = None) -> Tensor:
         """Shapes: → (num_samples, 2·budget): sources of the drawn edges, then their targets."""
@@ -201,8 +210,8 @@ class SaintRandomWalkSampler(_SaintSampler):
     name: ClassVar[str] = "saint_rw"
 
     def __post_init__(self) -> None:
-        _check_positive("SaintRandomWalkSampler", "roots", self.roots)
-        _check_positive("SaintRandomWalkSampler", "walk_length", self.walk_length, minimum=0)
+        _int_field(self, "roots")
+        _int_field(self, "walk_length", minimum=0)
 
     def draw(self, graph: Graph, num_samples: int, generator: torch.Generator | None = None) -> Tensor:
         """Shapes: → (num_samples, roots · (walk_length + 1)) visited nodes, walk by walk."""

@@ -38,7 +38,6 @@ import hashlib
 import json
 import logging
 import math
-import numbers
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +46,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from graphfuse.checks import is_finite_real
+from graphfuse.checks import is_finite_real, is_int
 from graphfuse.data.paths import check_outside_mirror
 from graphfuse.data.seeds import check_seed
 from graphfuse.graph import Graph
@@ -189,7 +188,7 @@ def count_saint_samples(
     _check_square(graph, "count_saint_samples")
     check_sampler("count_saint_samples", sampler)
     _check_coverage("count_saint_samples", sample_coverage)
-    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
+    if chunk_size is not None and (not is_int(chunk_size) or chunk_size < 1):
         raise ValueError(f"count_saint_samples: chunk_size must be None or an int ≥ 1; got {chunk_size!r}")
     if method not in ("auto", "candidates", "bitmask"):
         raise ValueError(f"count_saint_samples: method must be 'auto', 'candidates' or 'bitmask'; got {method!r}")
@@ -200,7 +199,7 @@ def count_saint_samples(
     total = num_samples = 0
     owned = owned_adjacency(graph).ptr
     use_bitmask = method == "bitmask"
-    chunk = chunk_size or 1  # None: one subgraph first, then adaptive
+    chunk = 1 if chunk_size is None else int(chunk_size)  # None: one subgraph first, then adaptive
     while total < target:
         raw = sampler.draw(graph, chunk, generator)
         sample = torch.arange(chunk, device=device).view(-1, 1).expand_as(raw)
@@ -253,7 +252,7 @@ def saint_norm_from_counts(
             got = tuple(counts.shape) if isinstance(counts, Tensor) else type(counts).__name__
             raise ValueError(f"saint_norm_from_counts: {name} must be a ({size},) tensor, one count per {unit}; "
                              f"got {got}")
-    if isinstance(num_samples, bool) or not isinstance(num_samples, numbers.Integral) or num_samples < 1:
+    if not is_int(num_samples) or num_samples < 1:
         raise ValueError(f"saint_norm_from_counts: num_samples must be an int ≥ 1 (the M of the formulas); got "
                          f"{num_samples!r}")
     src, dst = graph.edge_index
@@ -331,6 +330,7 @@ def compute_saint_norm(
     check_sampler("compute_saint_norm", sampler)
     _check_coverage("compute_saint_norm", sample_coverage)
     check_seed("compute_saint_norm", seed)
+    seed = int(seed)
     if norm not in NORMS:
         raise ValueError(f"compute_saint_norm: norm must be one of {list(NORMS)}; got {norm!r}")
     if norm == "paper":

@@ -40,6 +40,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from graphfuse.checks import is_int
 from graphfuse.data.dataset import NodeDataset
 from graphfuse.data.registry import register_dataset
 from graphfuse.data.seeds import in_torch_seed_range
@@ -175,9 +176,6 @@ def _edges(n: int, avg_degree: float, num_classes: int, homophily: float, y: Ten
 
 def _check(num_nodes: int, avg_degree: float, num_features: int, num_classes: int, homophily: float,
            seed: int, rmat: object, feature_noise: float) -> None:
-    def is_int(value: object) -> bool:
-        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
     def is_real(value: object) -> bool:
         return isinstance(value, numbers.Real) and not isinstance(value, bool)
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from graphfuse.checks import is_int
+
 
 def sorted_to_ptr(keys: Tensor, size: int) -> Tensor:
     """(size + 1,) int64 offsets of the groups of ascending ``keys`` (ids in [0, size)): ``ptr[r]`` = the number
@@ -49,7 +51,7 @@ def _check_coo(op: str, edge_index: object, size_arg: str, size: object, row: in
                         f"{getattr(edge_index, 'dtype', type(edge_index).__name__)}")
     if edge_index.dim() != 2 or edge_index.size(0) != 2:
         raise ValueError(f"{op}: edge_index must have shape (2, E); got {tuple(edge_index.shape)}")
-    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+    if not is_int(size) or size < 0:
         raise ValueError(f"{op}: {size_arg} must be an int >= 0; got {size!r}")
     if edge_index.size(1):
         low, high = (int(v) for v in torch.aminmax(edge_index))
@@ -62,14 +64,14 @@ def _check_coo(op: str, edge_index: object, size_arg: str, size: object, row: in
 def coo_to_csr(edge_index: Tensor, num_dst: int) -> tuple[Tensor, Tensor, Tensor]:
     """COO → CSR with rows = targets. Returns ``(rowptr, col, perm)``."""
     _check_coo("coo_to_csr", edge_index, "num_dst", num_dst, 1)
-    return _coo_to_csr(edge_index, num_dst)[:3]
+    return _coo_to_csr(edge_index, int(num_dst))[:3]
 
 
 def coo_to_csc(edge_index: Tensor, num_src: int) -> tuple[Tensor, Tensor, Tensor]:
     """COO → CSC with columns = sources, each column's edges in CSR order (by target, then COO position).
     Returns ``(colptr, row, perm)``."""
     _check_coo("coo_to_csc", edge_index, "num_src", num_src, 0)
-    return _coo_to_csc(edge_index, num_src)[:3]
+    return _coo_to_csc(edge_index, int(num_src))[:3]
 
 
 def ptr_to_index(ptr: Tensor) -> Tensor:

@@ -17,7 +17,7 @@ from typing import Any, Callable, NamedTuple
 import torch
 from torch import Tensor
 
-from graphfuse.checks import check_bools
+from graphfuse.checks import check_bools, is_int
 from graphfuse.graph.convert import _coo_to_csc, _coo_to_csr
 
 
@@ -90,8 +90,9 @@ class Graph:
         if (num_src is None) != (num_dst is None):
             raise ValueError(f"Graph: num_src and num_dst go together; got num_src={num_src}, num_dst={num_dst}")
         for name, value in (("num_nodes", num_nodes), ("num_src", num_src), ("num_dst", num_dst)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            if value is not None and (not is_int(value) or value < 0):
                 raise ValueError(f"Graph: {name} must be a non-negative int; got {value!r}")
+        num_nodes, num_src, num_dst = (None if v is None else int(v) for v in (num_nodes, num_src, num_dst))
         if num_src is None:
             if num_nodes is None:
                 num_nodes = int(edge_index.max()) + 1 if edge_index.numel() else 0

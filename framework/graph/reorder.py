@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from graphfuse.checks import is_int
 from graphfuse.graph.graph import Graph
 
 DEFAULT_ITERATIONS = 10
@@ -39,7 +40,7 @@ def cluster_labels(graph: Graph, iterations: int = DEFAULT_ITERATIONS) -> Tensor
         → (N,) int64 labels in [0, N).
     """
     _check(graph, "cluster_labels")
-    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 0:
+    if not is_int(iterations) or iterations < 0:
         raise ValueError(f"cluster_labels: iterations must be an int ≥ 0; got {iterations!r}")
     n, device = graph.num_nodes, graph.device
     src, dst = graph.edge_index

@@ -7,11 +7,11 @@ Shapes:
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 from torch import Tensor
 
+from graphfuse.checks import is_finite_real, is_int
 from graphfuse.graph import Graph
 
 GraphLike = Graph | Tensor
@@ -68,14 +68,14 @@ def check_positive_ints(owner: str, **values: int) -> None:
     """Raise ValueError naming the first of ``values`` (channel widths, head counts) that is not an int >= 1
     (any integral type, e.g. a NumPy integer; a bool is not a width)."""
     for arg, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        if not is_int(value) or value < 1:
             raise ValueError(f"{owner}: {arg} must be an int >= 1; got {value!r}")
 
 
 def check_rate(owner: str, arg: str, value: float) -> None:
     """Raise ValueError naming ``arg`` unless ``value`` is a real number in [0, 1) (a dropout rate; NumPy numbers
     too, as the width checks take NumPy integers)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value < 1.0:
+    if not is_finite_real(value) or not 0.0 <= value < 1.0:
         raise ValueError(f"{owner}: {arg} must be a number in [0, 1); got {value!r}")
 
 

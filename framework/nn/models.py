@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from graphfuse.checks import check_bools
+from graphfuse.checks import check_bools, is_int
 from graphfuse.graph import Graph
 from graphfuse.nn.gat_conv import GATConv
 from graphfuse.nn.gcn_conv import GCNConv
@@ -46,7 +46,7 @@ PyG's ``LayerNorm(mode="node")``, not the ``mode="graph"`` that PyG's models pic
 
 def layer_widths(owner: str, in_channels: int, hidden_width: int, num_layers: int) -> list[int]:
     """Input width of each of ``num_layers`` convs: ``in_channels`` then ``hidden_width`` for the rest."""
-    if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
+    if not is_int(num_layers) or num_layers < 1:
         raise ValueError(f"{owner}: num_layers must be an int >= 1; got {num_layers!r}")
     return [in_channels] + [hidden_width] * (num_layers - 1)
 

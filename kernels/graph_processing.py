@@ -95,6 +95,13 @@ class _Workspace:
             offset += size
 
 
+def workspace_dtype(upper: int, num_src: int, num_dst: int) -> torch.dtype:
+    """The integer type of the stage's workspace for at most ``upper`` output edges: int32 while every value fits,
+    i.e. the counts and cursors (below ``upper`` plus a node count) and the segment ids of ``gp_scatter``'s list of
+    long segments, which number the CSR rows and then the CSC columns (below ``num_dst + num_src``)."""
+    return torch.int32 if upper + num_src + num_dst < WORKSPACE_INT32_LIMIT else torch.int64
+
+
 def process(
     edge_index: Tensor,
     num_src: int,
@@ -159,8 +166,8 @@ def process(
     upper = num_edges + (num_dst if self_loops else 0)
     if upper >= ID_LIMIT:
         raise ValueError(f"{op}: at most 2^32 - 1 edges after self-loop insertion; got up to {upper}")
-    idx_c = "int" if upper + max(num_src, num_dst) < WORKSPACE_INT32_LIMIT else "long long"
-    idx_dtype = torch.int32 if idx_c == "int" else torch.int64
+    idx_dtype = workspace_dtype(upper, num_src, num_dst)
+    idx_c = "int" if idx_dtype == torch.int32 else "long long"
     w_c = rt.ctype(wdtype)
     flags = f"{idx_c}, {w_c}, {rt.cbool(has_w)}, {rt.cbool(self_loops)}, {NORMS[norm]}, {ITEMS}"
     vmode = _value_mode(produce_values, has_w, norm)

@@ -207,6 +207,18 @@ def test_process_launcher_validation(kwargs, error, match):
         graph_processing.process(args["edge_index"], args["num_src"], args["num_dst"], args["edge_weight"], **extra)
 
 
+
+@pytest.mark.parametrize("upper, num_src, num_dst, dtype", [
+    (600, 2**30 + 1000, 2**30 + 1000, torch.int64),  # the long-column id num_dst + s passes 2**31 (it wrapped)
+    (600, 2**30 - 1000, 2**30 - 1000, torch.int32),
+    (2**31 - 2, 0, 1, torch.int64),
+    (10, 5, 7, torch.int32),
+])
+def test_workspace_int32_only_when_segment_ids_fit(upper, num_src, num_dst, dtype):
+    """gp_scatter lists long segments by id in [0, num_dst + num_src); the int32 choice once bounded only
+    max(num_src, num_dst), so a >2**30-node graph's long CSC column got a negative id that gp_sort then used."""
+    assert graph_processing.workspace_dtype(upper, num_src, num_dst) == dtype
+
 def _csr_cpu(n=4):
     rowptr = torch.tensor([0, 2, 3, 5, 6])
     col32 = torch.tensor([0, 1, 2, 3, 0, 1], dtype=torch.int32)

@@ -150,7 +150,8 @@ def gar_backward(
                                        "gather_arg": gather_arg})
     if validate:
         rt.check_indices(op, ("colptr", colptr, "row", row),
-                         [("row", row, grad.size(0)), ("edge_perm", edge_perm if need_dw else None, nnz)])
+                         [("row", row, grad.size(0)), ("edge_perm", edge_perm if need_dw else None, nnz)],
+                         [rt.permutation_rule("edge_perm", edge_perm)] if need_dw else [])
     dx = torch.empty(num_src, k, dtype=grad.dtype, device=device) if need_dx else None
     dw = None
     if need_dw:

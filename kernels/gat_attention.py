@@ -23,9 +23,11 @@ WARPS_PER_BLOCK = 8
 MAX_GRID = 1 << 20
 
 
-def _check_dropout(op: str, dropout: float) -> None:
+def _check_dropout(op: str, dropout: float, seed: int) -> None:
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"{op}: dropout must lie in [0, 1); got {dropout}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not -2**63 <= seed < 2**63:
+        raise ValueError(f"{op}: seed must be an int in [-2**63, 2**63) (a 64-bit kernel argument); got {seed!r}")
 
 
 def _check_nodes(op: str, a_src: Tensor, a_dst: Tensor) -> int:
@@ -121,7 +123,7 @@ def softmax_forward(
     """
     op = "gat_softmax"
     if check:
-        _check_dropout(op, dropout)
+        _check_dropout(op, dropout, seed)
         _check_nodes(op, a_src, a_dst)
         _check_ptr(op, "rowptr", rowptr, a_dst.size(0), "N_dst")
         _check_entries(op, dict(col32=(col32, torch.int32), perm=(perm, torch.int64)))
@@ -157,7 +159,7 @@ def alpha_entries(
     """Recompute the coefficients of an entry list (source ``src``, target ``dst32``, COO id ``eid``), bitwise
     equal to :func:`softmax_forward`'s. Returns (n, H) in the order of the list (e.g. CSC order)."""
     op = "gat_alpha_entries"
-    _check_dropout(op, dropout)
+    _check_dropout(op, dropout, seed)
     heads = _check_nodes(op, a_src, a_dst)
     n = _check_entries(op, dict(src=(src, torch.int64), dst32=(dst32, torch.int32), eid=(eid, torch.int64)))
     _check_stats(op, row_max, row_sum, a_src, a_dst)
@@ -205,7 +207,7 @@ def softmax_backward(
         ``(d_src, d_dst)``: (N_src, H) and (N_dst, H), None where not asked for.
     """
     op = "gat_softmax_backward"
-    _check_dropout(op, dropout)
+    _check_dropout(op, dropout, seed)
     heads = _check_nodes(op, a_src, a_dst)
     num_dst, num_src = a_dst.size(0), a_src.size(0)
     _check_ptr(op, "rowptr", rowptr, num_dst, "N_dst")

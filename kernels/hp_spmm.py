@@ -92,8 +92,12 @@ def hp_spmm(rowptr: Tensor, row: Tensor, col: Tensor, x: Tensor, values: Tensor 
         rt.check_tensor(op, "values", values, dtypes=(x.dtype,), ndim=1, shape=(nnz,), shape_text=f"(nnz={nnz},)")
     rt.check_devices(op, {"x": x, "rowptr": rowptr, "row": row, "col": col, "values": values})
     if validate:
+        entry_rows = torch.searchsorted(rowptr[1:], torch.arange(nnz, device=row.device), right=True)
         rt.check_indices(op, ("rowptr", rowptr, "col", col),
-                         [("row", row, rowptr.numel() - 1), ("col", col, x.size(0))])
+                         [("row", row, rowptr.numel() - 1), ("col", col, x.size(0))],
+                         [("row must hold each entry's row under rowptr (row[j] = r for rowptr[r] <= j < "
+                           "rowptr[r + 1]): the kernel takes row switches from row and ownership from rowptr",
+                           row.ne(entry_rows).any())])
     plan = HpSpmmPlan(rowptr, row, col, k=x.size(1), dtype=x.dtype, reduce=reduce, weighted=values is not None)
     return plan(x, values)
 

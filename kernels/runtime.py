@@ -354,11 +354,14 @@ def check_csr(op: str, rowptr: Any, col: Any, x: Any) -> None:
 
 
 def check_indices(op: str, csr: tuple[str, Tensor, str, Tensor] | None,
-                  bounds: Sequence[tuple[str, Tensor | None, int]] = ()) -> None:
+                  bounds: Sequence[tuple[str, Tensor | None, int]] = (), rules: Sequence[tuple[str, Tensor]] = (),
+                  ) -> None:
     """Raise ValueError naming the argument unless the values the kernels address memory with are valid: the
     offsets of ``csr = (ptr name, ptr, index name, index)`` start at 0, never decrease and end at the index's
-    length, and each ``bounds`` tensor (None: skipped) holds values in [0, bound). One host sync: the launchers'
-    public functions run it; the engine's own calls, on graphs validated when built, pass ``validate=False``."""
+    length, each ``bounds`` tensor (None: skipped) holds values in [0, bound), and no ``rules`` entry
+    ``(what must hold, 0-dim tensor true when it does not)`` is broken (see :func:`permutation_rule`). One host
+    sync: the launchers' public functions run it; the engine's own calls, on graphs validated when built, pass
+    ``validate=False``."""
     facts: list[Tensor] = []  # int64 scalars on the tensors' device, read back together
     if csr is not None:
         ptr_name, ptr, index_name, index = csr
@@ -366,9 +369,11 @@ def check_indices(op: str, csr: tuple[str, Tensor, str, Tensor] | None,
     checked = [(name, t, bound) for name, t, bound in bounds if t is not None and t.numel()]
     for _, t, _ in checked:
         facts += [v.long() for v in torch.aminmax(t)]
+    facts += [broken.long() for _, broken in rules]
     if not facts:
         return
     values = torch.stack(facts).tolist()
+    broken = values[len(values) - len(rules):]
     if csr is not None:
         first, decreases, last = values[:3]
         values = values[3:]
@@ -379,9 +384,20 @@ def check_indices(op: str, csr: tuple[str, Tensor, str, Tensor] | None,
         if last != index.numel():
             raise ValueError(f"{op}: {ptr_name} must end at the number of entries of {index_name} "
                              f"({index.numel()}); got {last}")
-    for (name, _, bound), low, high in zip(checked, values[0::2], values[1::2]):
+    for (name, _, bound), low, high in zip(checked, values[0:2 * len(checked):2], values[1:2 * len(checked):2]):
         if low < 0 or high >= bound:
             raise ValueError(f"{op}: {name} must hold values in [0, {bound}); got values in [{low}, {high}]")
+    for (what, _), failed in zip(rules, broken):
+        if failed:
+            raise ValueError(f"{op}: {what}")
+
+
+def permutation_rule(name: str, perm: Tensor) -> tuple[str, Tensor]:
+    """A :func:`check_indices` rule: ``perm`` holds every value of [0, len) once (a kernel writing ``out[perm[j]]``
+    leaves a slot of its uninitialised output unwritten for each repeated value). One sort, no sync."""
+    n = perm.numel()
+    broken = torch.sort(perm).values.ne(torch.arange(n, dtype=perm.dtype, device=perm.device)).any()
+    return f"{name} must be a permutation of [0, {n}) (every value once)", broken
 
 
 def check_heads(op: str, k: int, heads: int) -> int:

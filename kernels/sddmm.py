@@ -61,7 +61,8 @@ def hp_sddmm(row: Tensor, col: Tensor, perm: Tensor, a: Tensor, b: Tensor, *, he
         rt.check_tensor(op, "scale", scale, dtypes=(a.dtype,), ndim=1, shape=(nnz,), shape_text=f"(E={nnz},)")
     device = rt.check_devices(op, {"a": a, "b": b, "row": row, "col": col, "perm": perm, "scale": scale})
     if validate:
-        rt.check_indices(op, None, [("row", row, a.size(0)), ("col", col, b.size(0)), ("perm", perm, nnz)])
+        rt.check_indices(op, None, [("row", row, a.size(0)), ("col", col, b.size(0)), ("perm", perm, nnz)],
+                         [rt.permutation_rule("perm", perm)])
     out = torch.empty((nnz,) if heads == 1 else (nnz, heads), dtype=a.dtype, device=device)
     if nnz == 0 or c == 0:
         return out.zero_() if c == 0 else out

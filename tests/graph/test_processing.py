@@ -236,6 +236,8 @@ def _csr_cpu(n=4):
         (dict(col32=torch.zeros(6, dtype=torch.int64)), TypeError, "gat_softmax: col32 must have dtype torch.int32"),
         (dict(perm=torch.arange(5)), ValueError, r"gat_softmax: perm must have shape \(E=6,\)"),
         (dict(dropout=1.0), ValueError, r"gat_softmax: dropout must lie in \[0, 1\)"),
+        (dict(seed=2**63), ValueError, r"gat_softmax: seed must be an int in \[-2\*\*63, 2\*\*63\)"),
+        (dict(seed=1.5), ValueError, "gat_softmax: seed must be an int"),
         (dict(), ValueError, "gat_softmax: rowptr must be a CUDA tensor; got a tensor on cpu"),
     ],
 )

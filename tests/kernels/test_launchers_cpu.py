@@ -497,3 +497,28 @@ def test_launchers_refuse_index_values_the_kernels_would_read_out_of_bounds_with
     with pytest.raises(ValueError, match=r"hp_sddmm: perm must hold values in \[0, 6\)"):
         sddmm.hp_sddmm(row, col, torch.arange(6) * 2, torch.zeros(4, 8), torch.zeros(4, 8))
     assert runtime.check_indices("op", ("rowptr", rowptr, "col", col), [("col", col, 4), ("none", None, 1)]) is None
+
+
+def test_launchers_refuse_repeated_permutations_and_rows_that_contradict_rowptr(monkeypatch):
+    """Values in range can still be wrong: a repeated value in an output permutation left a slot of the
+    uninitialised output unwritten (garbage, no error); an HP-SpMM row array that disagrees with rowptr made two
+    workers both write one output row (found by review)."""
+    from graphfuse.kernels import hp_spmm, sddmm
+
+    monkeypatch.setattr(runtime, "check_devices", lambda op, tensors: torch.device("cpu"))
+    rowptr, col = _csr()
+    row = torch.repeat_interleave(torch.arange(4), rowptr.diff())
+    x = torch.zeros(4, 8)
+    twice = torch.tensor([0, 0, 2, 3, 4, 5])
+    with pytest.raises(ValueError, match=r"hp_sddmm: perm must be a permutation of \[0, 6\)"):
+        sddmm.hp_sddmm(row, col, twice, x, x)
+    with pytest.raises(ValueError, match=r"gar_backward: edge_perm must be a permutation of \[0, 6\)"):
+        gar.gar_backward(rowptr, col, x, x, need_dw=True, edge_perm=twice)
+    shifted = row.clone()
+    shifted[1] = 1  # in range, sorted, but entry 1 belongs to row 0 under rowptr
+    with pytest.raises(ValueError, match=r"hp_spmm: row must hold each entry's row under rowptr"):
+        hp_spmm.hp_spmm(rowptr, shifted, col, x)
+    ok = runtime.permutation_rule("p", torch.tensor([2, 0, 1]))
+    assert runtime.check_indices("op", ("rowptr", rowptr, "col", col), [("col", col, 4)], [ok]) is None
+    assert not bool(ok[1]) and bool(runtime.permutation_rule("p", torch.tensor([1, 1]))[1])
+    assert bool(runtime.permutation_rule("p", torch.tensor([0, 2]))[1])  # out of range is not a permutation

@@ -101,6 +101,28 @@ def test_caching_policy_full_graph_once_batches_on_the_fly():
     assert_same_graph(processing.process_gcn(g, add_self_loops=False), norm.gcn_norm(g, add_self_loops=False))
 
 
+
+@pytest.mark.parametrize("change", ["in place", "replaced"])
+@pytest.mark.parametrize("process", ["process_gcn", "process_gat", "process_mean"])
+def test_processed_graph_follows_edge_weight_changes(change, process):
+    """A cached normalisation kept the old weights after ``edge_weight`` changed, while ``aggregate`` (whose
+    permuted weights track the version counter) used the new ones: GCNConv and aggregate disagreed."""
+    g = processing_graph("isolated", True)
+    build = getattr(processing, process)
+    first = build(g)
+    assert build(g) is first  # unchanged weights: still cached
+    if change == "in place":
+        g.edge_weight.mul_(3).add_(1)
+    else:
+        g.edge_weight = torch.rand_like(g.edge_weight)
+    again = build(g)
+    assert again is not first and build(g) is again
+    assert_same_graph(again, build(Graph(g.edge_index, num_nodes=g.num_nodes, edge_weight=g.edge_weight.clone())))
+    moved = g.to("meta")  # moved along with its weights: taken as current, not rebuilt
+    key = {"process_gcn": ("gcn_norm", True, False), "process_gat": ("add_remaining_self_loops", 1.0),
+           "process_mean": ("mean_norm",)}[process]
+    assert build(moved) is moved.cached(key, lambda: None) is not None
+
 def test_processed_graph_moves_between_devices():
     g = processing_graph("isolated", True)
     processing.build_formats(g)

@@ -62,7 +62,8 @@ def use_sampling(sampling: EdgeSampling | None) -> Iterator[None]:
     """Inside the block, every ``graphfuse.aggregate`` call that passes no ``sampling=`` samples with
     ``sampling`` — the model-level switch: ``with torch.no_grad(), use_sampling(EdgeSampling(64)): model(x, g)``
     (layers aggregating through ``aggregate``: GCN, GraphSAGE, GraphSAINT; GAT's fused attention is not
-    sampled). None turns it off. The setting is per thread (and asyncio task): another thread's calls keep theirs."""
+    sampled). None turns it off. The setting is per thread (and asyncio task): another thread's calls keep theirs.
+    A call inside the block with gradients enabled raises: the layers' weights would train on sampled messages."""
     if sampling is not None and not isinstance(sampling, EdgeSampling):
         raise TypeError(f"use_sampling: sampling must be a graphfuse.EdgeSampling or None; got "
                         f"{type(sampling).__name__}")

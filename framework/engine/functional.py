@@ -91,6 +91,10 @@ def aggregate(
         edge_weight = edge_weight.to(x.dtype)
     if sampling is None:
         sampling = edge_sampling.current_sampling()
+        if sampling is not None and torch.is_grad_enabled():  # the model-level switch: the layers' weights after
+            raise ValueError(  # this call would train on sampled messages even when x itself needs no gradient
+                "aggregate: use_sampling(...) is for inference; run the model under torch.no_grad() or "
+                "torch.inference_mode() inside it, or leave the block before training")
     if sampling is not None:
         return _sampled(graph, x, edge_weight, reduce, backend, deterministic, sampling)
     impl = _resolve("aggregate", graph, x, edge_weight, reduce, backend, deterministic)

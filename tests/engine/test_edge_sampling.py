@@ -154,8 +154,13 @@ def test_use_sampling_switches_every_aggregate_in_a_model():
         torch.testing.assert_close(conv(x, g), full)
     assert not torch.allclose(sampled[0], full[0])  # the hub row is sampled
     torch.testing.assert_close(sampled[1:], full[1:])  # the others are within the width
-    with graphfuse.use_sampling(EdgeSampling(8)), pytest.raises(ValueError, match="sampling= is for inference"):
+    with graphfuse.use_sampling(EdgeSampling(8)), pytest.raises(ValueError, match=r"use_sampling\(...\) is for inf"):
         conv(x, g)  # parameters need gradients
+    from graphfuse.nn import SAGEConv
+
+    sage = SAGEConv(3, 4)  # aggregates the raw x (no gradient) before its linear layer: trained on sampled sums
+    with graphfuse.use_sampling(EdgeSampling(8)), pytest.raises(ValueError, match=r"use_sampling\(...\) is for inf"):
+        sage(x, g)
     with pytest.raises(TypeError, match="use_sampling: sampling must be a graphfuse.EdgeSampling"):
         with graphfuse.use_sampling(8):
             pass

@@ -14,6 +14,7 @@ atomics there, or PyTorch ops only while that flag is on without ``warn_only`` (
 from __future__ import annotations
 
 import contextlib
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
@@ -138,20 +139,29 @@ def _choose(op: str, device: torch.device, backend: str | None, deterministic: b
     """The backend that runs ``op`` (see :func:`resolve`)."""
     name = _default_backend if backend is None else backend
     _check_name(op, name)
+    # torch.use_deterministic_algorithms(True, warn_only=True), e.g. Lightning's deterministic="warn", with no
+    # deterministic= of the call's own: a call no deterministic backend runs warns and runs, as PyTorch's ops do
+    warn_only = deterministic is None and torch.is_deterministic_algorithms_warn_only_enabled()
     if deterministic is None:
         deterministic = torch.are_deterministic_algorithms_enabled()
     elif deterministic.__class__ is not bool:
         _deterministic_type_error(op, deterministic)
     if name == "auto":
-        for candidate in _BY_PRIORITY:
-            if (
-                op in candidate.ops
-                and device.type in candidate.devices
-                and (not deterministic or _deterministic(candidate, device))
-                and candidate.is_available()
-                and (candidate.supports is None or candidate.supports(op, **call))
-            ):
-                return candidate
+        for strict in (True, False) if deterministic else (False,):
+            for candidate in _BY_PRIORITY:
+                if (
+                    op in candidate.ops
+                    and device.type in candidate.devices
+                    and (not strict or _deterministic(candidate, device))
+                    and candidate.is_available()
+                    and (candidate.supports is None or candidate.supports(op, **call))
+                ):
+                    if strict or not deterministic:
+                        return candidate
+                    _warn_nondeterministic(op, candidate.name, device)
+                    return candidate
+            if not warn_only:
+                break
         what = "deterministically (deterministic results were asked for) " if deterministic else ""
         raise ValueError(f"{op}: no registered backend runs this call {what}on {device.type} tensors")
     if name not in _REGISTRY:
@@ -163,7 +173,9 @@ def _choose(op: str, device: torch.device, backend: str | None, deterministic: b
         raise ValueError(
             f"{op}: backend {name!r} runs on {sorted(chosen.devices)} tensors; got tensors on {device.type}"
         )
-    if deterministic and not _deterministic(chosen, device):
+    if deterministic and not _deterministic(chosen, device) and warn_only:
+        _warn_nondeterministic(op, name, device)
+    elif deterministic and not _deterministic(chosen, device):
         raise ValueError(
             f"{op}: backend {name!r} is not deterministic on {device.type} (it uses atomics there), but "
             "deterministic results were asked for"
@@ -174,6 +186,12 @@ def _choose(op: str, device: torch.device, backend: str | None, deterministic: b
             "for the CuPy kernels)"
         )
     return chosen
+
+
+def _warn_nondeterministic(op: str, name: str, device: torch.device) -> None:
+    warnings.warn(f"{op}: no deterministic backend runs this call on {device.type}; running {name!r}, whose results "
+                  "may vary between runs (torch.use_deterministic_algorithms(True, warn_only=True) is set)",
+                  stacklevel=4)
 
 
 def _deterministic_type_error(op: str, deterministic: object) -> None:
@@ -201,15 +219,16 @@ def resolve_cached(cache: dict, signature: tuple, op: str, device: torch.device,
     if backend is not None and backend.__class__ is not str:  # before the key is hashed
         _check_name(op, backend)
     torch_flag = torch.are_deterministic_algorithms_enabled()
+    requested = deterministic
     if deterministic is None:
         deterministic = torch_flag
     elif deterministic.__class__ is not bool:
         _deterministic_type_error(op, deterministic)
-    key = (op, _generation, _default_backend if backend is None else backend, deterministic, torch_flag,
-           torch.is_deterministic_algorithms_warn_only_enabled(), signature)
+    key = (op, _generation, _default_backend if backend is None else backend, deterministic, requested is None,
+           torch_flag, torch.is_deterministic_algorithms_warn_only_enabled(), signature)
     impl = cache.get(key)
     if impl is None:
-        chosen = _choose(op, device, backend, deterministic, graph=graph, x=x, edge_weight=edge_weight, reduce=reduce)
+        chosen = _choose(op, device, backend, requested, graph=graph, x=x, edge_weight=edge_weight, reduce=reduce)
         bound = chosen.bind and chosen.bind(op, graph=graph, x=x, edge_weight=edge_weight, reduce=reduce)
         impl = cache[key] = bound or chosen.ops[op]
     return impl

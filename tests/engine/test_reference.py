@@ -247,6 +247,11 @@ def test_deterministic_request_and_default_backend():
         torch.use_deterministic_algorithms(True, warn_only=True)  # then PyTorch may still run atomics: refused
         with pytest.raises(ValueError, match="not deterministic on cuda"):
             resolve("aggregate", torch.device("cuda"), "reference", deterministic=True)
+        # ... unless only the flag asks (Lightning's deterministic="warn"): then warn and run, as PyTorch does;
+        # "auto" raised "no registered backend runs this call deterministically" for half-precision CUDA features
+        for name in ("reference", None):
+            with pytest.warns(UserWarning, match="no deterministic backend runs this call on cuda; running 'ref"):
+                assert resolve("aggregate", torch.device("cuda"), name) is reference.aggregate
     finally:
         torch.use_deterministic_algorithms(previous)
     with graphfuse.use_backend("reference"):

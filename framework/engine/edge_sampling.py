@@ -153,7 +153,8 @@ def sampled_aggregate(graph: Graph, x: Tensor, edge_weight: Tensor | None, reduc
     if reduce in ("max", "min"):
         index = target.view(shape).expand_as(msg)
         return out.scatter_reduce(0, index, msg, "amax" if reduce == "max" else "amin", include_self=False)
-    out = out.index_add(0, target, msg)
+    acc = torch.promote_types(x.dtype, torch.float32)  # half precision: a scale d / width can pass float16's max
+    out = out.to(acc).index_add(0, target, msg.to(acc))
     if reduce == "mean":  # the mean of the kept entries, as the kernel divides (scaling the sum first can overflow)
-        return out / graph.in_degree.clamp(min=1, max=sampling.width).to(x.dtype).view(shape)
-    return out * scale.to(x.dtype).view(shape)
+        return (out / graph.in_degree.clamp(min=1, max=sampling.width).to(acc).view(shape)).to(x.dtype)
+    return (out * scale.to(acc).view(shape)).to(x.dtype)

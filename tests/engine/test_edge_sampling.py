@@ -195,3 +195,17 @@ def test_sampled_mean_divides_by_the_kept_count_without_overflow():
     x = torch.full((g.num_src, 2), 30.0, dtype=torch.float16)
     out = graphfuse.aggregate(g, x, reduce="mean", sampling=EdgeSampling(64, "bucket"))
     assert torch.isfinite(out).all() and out[0].tolist() == [30.0, 30.0]
+
+
+def test_half_precision_sampled_sum_scales_in_float32():
+    """A hub's scale d / width (70,000 here) passes float16's largest value: cast first, it made inf and NaN."""
+    d = 70_000
+    g = graphfuse.Graph(torch.stack([torch.arange(1, d + 1), torch.zeros(d, dtype=torch.long)]), num_nodes=d + 1)
+    x = torch.full((d + 1, 2), 1e-3)
+    x[:, 1] = 0.0
+    with torch.no_grad():
+        for reduce in ("sum", "mean"):
+            got = graphfuse.aggregate(g, x.half(), reduce=reduce, sampling=EdgeSampling(1, "bucket"))
+            want = graphfuse.aggregate(g, x, reduce=reduce, sampling=EdgeSampling(1, "bucket"))
+            assert got.dtype == torch.float16
+            torch.testing.assert_close(got.float(), want, rtol=1e-3, atol=1e-6)

@@ -63,7 +63,8 @@ def gcn_norm(graph: Graph, *, add_self_loops: bool = True, improved: bool = Fals
         graph = add_remaining_self_loops(graph, 2.0 if improved else 1.0)
     src, dst = graph.edge_index
     weight, deg = _weighted_in_degree(graph)
-    deg_inv_sqrt = deg.pow(-0.5).masked_fill_(deg == 0, 0.0)
+    empty = deg == 0  # divide by 1 there, not 0: a learned weight's gradient would be 0 · inf = NaN (as in PyG)
+    deg_inv_sqrt = deg.masked_fill(empty, 1.0).pow(-0.5).masked_fill_(empty, 0.0)
     norm = (deg_inv_sqrt[src] * weight * deg_inv_sqrt[dst]).to(weight.dtype)
     return Graph(graph.edge_index, edge_weight=norm, num_src=graph.num_src, num_dst=graph.num_dst, validate=False)
 
@@ -76,7 +77,8 @@ def mean_norm(graph: Graph) -> Graph:
     """
     weight, deg = _weighted_in_degree(graph)
     deg = deg[graph.edge_index[1]]
-    norm = (weight / deg).masked_fill_(deg == 0, 0.0).to(weight.dtype)
+    empty = deg == 0  # as in gcn_norm: no 0 / 0 in the forward or the backward
+    norm = (weight / deg.masked_fill(empty, 1.0)).masked_fill_(empty, 0.0).to(weight.dtype)
     return Graph(graph.edge_index, edge_weight=norm, num_src=graph.num_src, num_dst=graph.num_dst, validate=False)
 
 

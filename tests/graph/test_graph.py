@@ -202,3 +202,18 @@ def test_node_ids_sort_stably_as_int32_and_int64():
     for size in (50, 1 << 31):  # int32 keys; too many nodes for them
         keys, perm = _sort_ids(ids, size)
         assert keys.dtype == torch.int64 and torch.equal(keys, want.values) and torch.equal(perm, want.indices)
+
+
+@pytest.mark.parametrize("normalise", [lambda g: gcn_norm(g, add_self_loops=False), mean_norm])
+def test_learned_weights_of_a_target_summing_to_zero_get_finite_gradients(normalise):
+    """The forward gave those edges 0, but the backward made 0 · inf = NaN (PyG's gcn_norm does too), which
+    poisoned every weight through the optimiser."""
+    ei = torch.tensor([[0, 1, 2, 0], [1, 2, 0, 0]])
+    w = torch.tensor([1.0, 0.0, 1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    out = normalise(Graph(ei, num_nodes=3, edge_weight=w)).edge_weight
+    assert out[1] == 0 and torch.isfinite(out).all()
+    (out * torch.arange(1.0, 5.0, dtype=torch.float64)).sum().backward()
+    assert torch.isfinite(w.grad).all() and w.grad[1] == 0
+    keep = torch.tensor([0, 2, 3])  # away from the empty target the gradient is the exact one
+    torch.autograd.gradcheck(lambda v: normalise(Graph(ei[:, keep], num_nodes=3, edge_weight=v)).edge_weight,
+                             (w.detach()[keep].clone().requires_grad_(),))

@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -59,6 +60,12 @@ def _check_node_tensor(name: str, value: Tensor | None, num_nodes: int, loader: 
         raise ValueError(f"{loader}: {name} must be a tensor with {num_nodes} rows (one per node); got {shape}")
 
 
+RESERVED_NAMES = {*(f.name for f in dataclasses.fields(Batch)), *(n for n in dir(Batch) if not n.startswith("_")),
+                  "edge_index", "edge_weight"}
+"""Names a loader's ``node_data`` may not use: a Batch's fields, properties and methods, and the ``Data`` keys of
+:meth:`Batch.to_pyg`."""
+
+
 class _Gatherer:
     """Holds the per-node tensors of a loader and gathers them for a batch onto the graph's device."""
 
@@ -71,6 +78,9 @@ class _Gatherer:
         clash = sorted({"x", "y"} & set(node_data or {}))
         if clash:
             raise ValueError(f"{loader}: node_data must not hold {clash}: pass features and labels as x= and y=")
+        clash = sorted(set(node_data or {}) & RESERVED_NAMES)
+        if clash:  # batch.<name> would return the Batch's own field, and to_pyg() would overwrite it
+            raise ValueError(f"{loader}: node_data names {clash} are taken by the batch itself; rename them")
         self.tensors = {"x": x, "y": y, **dict(node_data or {})}
         for name, value in self.tensors.items():
             _check_node_tensor(name, value, graph.num_nodes, loader)
@@ -110,7 +120,8 @@ class SaintLoader:
         sample_coverage: pre-sampling coverage of the normalisation; 0 gives batches without ``node_norm`` /
             ``edge_norm``.
         norm: ``"pyg"`` or ``"paper"``; ``"paper"`` also samples every batch from the training graph.
-        train_mask: training nodes (needed for ``"paper"``; defaults to ``node_data["train_mask"]``).
+        train_mask: training nodes (needed for ``"paper"``; defaults to ``node_data["train_mask"]``); batches
+            carry it as ``batch.train_mask`` in either case, so that a loss can be restricted to them.
         cache_dir: where normalisation coefficients are cached (None: not cached).
         seed: seeds the batch generator; the normalisation is pre-sampled with
             :func:`~graphfuse.samplers.presampling_seed` of it (of 0 when None), a different random
@@ -150,6 +161,12 @@ class SaintLoader:
             raise ValueError(f"SaintLoader: sample_coverage must be a finite number ≥ 0; got {sample_coverage!r}")
         if train_mask is None and isinstance(node_data, Mapping):
             train_mask = node_data.get("train_mask")
+        elif isinstance(train_mask, Tensor) and (node_data is None or isinstance(node_data, Mapping)):
+            given = (node_data or {}).get("train_mask")
+            if given is not None and given is not train_mask:
+                raise ValueError("SaintLoader: train_mask= and node_data['train_mask'] are different tensors; "
+                                 "give the mask once")
+            node_data = {**(node_data or {}), "train_mask": train_mask}  # batches carry it (it was dropped)
         if norm == "paper" and train_mask is None:
             raise ValueError("SaintLoader: norm='paper' samples from the training graph and needs train_mask")
         if normalize_edges and not sample_coverage > 0:

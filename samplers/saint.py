@@ -8,7 +8,9 @@ Each sampler is a frozen dataclass of its parameters. ``sampler(graph, generator
 
 - node: ``budget`` edges uniformly with replacement, keep their sources (P(v per draw) = out_deg(v) / E);
 - edge: ``budget`` edges with replacement, P(e = u → v) ∝ 1/out_deg(u) + 1/in_deg(v), keep both endpoints.
-  These are the paper's weights; PyG's ``GraphSAINTEdgeSampler`` uses in_deg(u) + out_deg(v) (∝ degree);
+  These are the paper's weights; PyG's ``GraphSAINTEdgeSampler`` uses in_deg(u) + out_deg(v) (∝ degree)
+  and draws ``batch_size`` distinct edges, so a budget here gives a smaller subgraph than PyG's (300 draws
+  over 600 edges keep ~236 distinct ones); the normalisation is pre-sampled with the same draws;
 - random walk: ``roots`` roots uniform over all nodes, ``walk_length`` steps each to a uniformly chosen
   out-neighbour (CSC by source); a node without out-edges stays put. Every visited node is kept.
 
@@ -221,7 +223,7 @@ class SaintRandomWalkSampler(_SaintSampler):
         check_generator(generator, graph.device, "SaintRandomWalkSampler")
         start = torch.randint(0, graph.num_nodes, (num_samples * self.roots,), device=graph.device,
                               generator=generator)
-        return _walk(graph, start, self.walk_length, generator).view(num_samples, -1)
+        return _walk(graph, start, self.walk_length, generator).view(num_samples, self.roots * (self.walk_length + 1))
 
 
 SAINT_SAMPLERS: dict[str, type[_SaintSampler]] = {

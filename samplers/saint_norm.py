@@ -256,7 +256,7 @@ def saint_norm_from_counts(
         raise ValueError(f"saint_norm_from_counts: num_samples must be an int ≥ 1 (the M of the formulas); got "
                          f"{num_samples!r}")
     src, dst = graph.edge_index
-    counts = node_count.double()
+    counts = node_count.to(torch.float64, copy=True)  # not the caller's tensor, even when it is float64
     endpoint = src if norm == "pyg" else dst
     edge_norm = (counts[endpoint] / edge_count.double()).clamp_(0, 1e4)
     edge_norm[torch.isnan(edge_norm)] = 0.1

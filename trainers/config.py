@@ -312,6 +312,14 @@ def _validate_sampler(cfg: DictConfig) -> None:
                 f"with model.aggr={cfg.model.aggr}. Use model=saint model.aggr=sum, or sampler.aggr_norm=false "
                 "(loss normalisation only)."
             )
+        if cfg.model.name == "saint" and cfg.model.aggr == "sum" and not (sampler.aggr_norm
+                                                                          and sampler.sample_coverage > 0):
+            raise ConfigError(
+                f"sampler={sampler.name} with model.name=saint and model.aggr=sum needs GraphSAINT's aggregation "
+                "normalisation (sampler.aggr_norm=true and sampler.sample_coverage > 0): without it the batch "
+                "graphs keep full-graph mean weights, and their sums over a subgraph's in-edges are biased (as "
+                "for sampler=neighbor). Turn it on, or use model.aggr=mean."
+            )
     for key in keys:
         minimum = 0 if key == "walk_length" else 1
         if sampler[key] < minimum:

@@ -68,13 +68,15 @@ class EpochSeededLoader:
     Args:
         loader: a SaintLoader or NeighborLoader.
         seed: the run's seed.
-        epoch: returns the epoch about to start (the Lightning trainer's ``current_epoch``).
+        epoch: returns the epoch about to start (the Lightning trainer's ``current_epoch``), or None without a
+            trainer: then the passes over the loader are counted (each pass draws new batches).
     """
 
-    def __init__(self, loader: SaintLoader | NeighborLoader, seed: int, epoch: Callable[[], int]) -> None:
+    def __init__(self, loader: SaintLoader | NeighborLoader, seed: int, epoch: Callable[[], int | None]) -> None:
         self.loader = loader
         self.seed = seed
         self.epoch = epoch
+        self.passes = 0
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -82,7 +84,9 @@ class EpochSeededLoader:
     def __iter__(self) -> Iterator[Batch]:
         # A generator: the seed is read when the first batch is drawn, after Lightning has restored the epoch
         # counter of a resumed run (it creates the iterator before that).
-        self.loader.generator.manual_seed(epoch_seed(self.seed, self.epoch()))
+        epoch = self.epoch()
+        self.loader.generator.manual_seed(epoch_seed(self.seed, self.passes if epoch is None else epoch))
+        self.passes += 1
         yield from self.loader
 
 
@@ -127,8 +131,8 @@ class SampledDataModule(FullGraphDataModule):
         self.cache_dir = cache_dir
         self._train_loader: EpochSeededLoader | None = None
 
-    def _current_epoch(self) -> int:
-        return self.trainer.current_epoch if self.trainer is not None else 0
+    def _current_epoch(self) -> int | None:
+        return self.trainer.current_epoch if self.trainer is not None else None
 
     def _training_device(self) -> torch.device:
         return self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")

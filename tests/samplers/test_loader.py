@@ -303,3 +303,22 @@ def test_numpy_sample_coverage_is_accepted():
               for coverage in (np.int64(2), 2)]
     for got, expected in zip(*counts, strict=True):
         assert torch.equal(torch.as_tensor(got), torch.as_tensor(expected))
+
+
+def test_explicit_train_mask_reaches_the_batches():
+    """train_mask= only chose 'paper' sampling: batches had no train_mask, so a loss scored every node."""
+    graph = make_graph_case("hub")
+    mask = torch.zeros(graph.num_nodes, dtype=torch.bool)
+    mask[::3] = True
+    batch = next(iter(SaintLoader(graph, SaintNodeSampler(5), train_mask=mask, seed=0)))
+    assert torch.equal(batch.train_mask, mask[batch.n_id])
+    with pytest.raises(ValueError, match="different tensors; give the mask once"):
+        SaintLoader(graph, SaintNodeSampler(5), train_mask=mask, node_data={"train_mask": mask.clone()})
+
+
+@pytest.mark.parametrize("name", ["batch", "n_id", "batch_size", "edge_index", "num_nodes", "to_pyg"])
+def test_node_data_names_taken_by_the_batch_are_refused(name):
+    """They were shadowed: batch.<name> returned the Batch's own field, and to_pyg() overwrote the real one."""
+    graph = make_graph_case("hub")
+    with pytest.raises(ValueError, match=f"node_data names \\['{name}'\\] are taken by the batch itself"):
+        NeighborLoader(graph, [2], node_data={name: torch.zeros(graph.num_nodes)})

@@ -135,3 +135,10 @@ def test_generator_on_another_device_is_refused():
     graph = make_graph_case("unsorted")
     with pytest.raises(ValueError, match="generator is on cuda"):
         SaintNodeSampler(budget=1)(graph, torch.Generator(device="cuda"))
+
+
+def test_every_sampler_draws_zero_subgraphs_as_an_empty_tensor():
+    """The random-walk sampler's view(0, -1) raised where the node and edge samplers returned (0, W)."""
+    graph = make_graph_case("hub")
+    for sampler, width in ((SaintNodeSampler(5), 5), (SaintEdgeSampler(5), 10), (SaintRandomWalkSampler(3, 2), 9)):
+        assert sampler.draw(graph, 0, torch.Generator().manual_seed(0)).shape == (0, width)

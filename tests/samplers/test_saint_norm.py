@@ -355,3 +355,14 @@ def test_bitmask_and_candidate_counting_agree(chunk_size, device):
     (nc_a, ec_a, m_a), (nc_b, ec_b, m_b) = results
     assert m_a == m_b and torch.equal(nc_a, nc_b) and torch.equal(ec_a, ec_b)
     assert int(ec_a.sum()) > 0
+
+
+def test_float64_counts_of_the_caller_are_not_changed():
+    """``.double()`` of a float64 tensor is the tensor itself: its never-sampled nodes were set to 0.1 in place."""
+    graph = make_graph_case("hub")
+    node_count = torch.zeros(graph.num_nodes, dtype=torch.float64)
+    node_count[:3] = 2.0
+    edge_count = torch.ones(graph.num_edges, dtype=torch.float64)
+    before = node_count.clone()
+    graphfuse.samplers.saint_norm_from_counts(graph, node_count, edge_count, 4)
+    assert torch.equal(node_count, before)

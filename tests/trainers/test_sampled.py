@@ -80,6 +80,11 @@ def test_aggregation_normalisation_needs_the_saint_sum_model():
     assert cfg.sampler.name == "saint_rw"
     with pytest.raises(ConfigError, match="model.aggr=mean"):
         load_config(["sampler=neighbor", "model=saint"])
+    # the same bias without GraphSAINT's aggregation normalisation (it was accepted)
+    for off in ("sampler.aggr_norm=false", "sampler.sample_coverage=0"):
+        with pytest.raises(ConfigError, match="needs GraphSAINT's aggregation normalisation"):
+            load_config(["sampler=saint_node", "model=saint", "model.aggr=sum", off])
+    assert load_config(["sampler=saint_node", "model=saint", "model.aggr=mean", "sampler.aggr_norm=false"])
 
 
 def test_reorder_is_for_full_graph_training():
@@ -154,8 +159,9 @@ def test_loader_is_built_on_the_training_device_and_reseeded_per_epoch(tmp_path)
     assert isinstance(dm, SampledDataModule) and dm.loader_args["normalize_edges"]
     loader = dm.train_dataloader()
     assert len(loader) == cfg.sampler.num_steps
-    first, again = next(iter(loader)), next(iter(loader))
-    assert torch.equal(first.n_id, again.n_id)  # same epoch, same seed
+    first, second = next(iter(loader)), next(iter(loader))
+    assert not torch.equal(first.n_id, second.n_id)  # without a trainer each pass is the next epoch (all were 0)
+    assert torch.equal(next(iter(build_datamodule(cfg, dataset).train_dataloader())).n_id, first.n_id)  # same seed
     assert first.x.device.type == "cpu" and first.graph.edge_weight is not None
     dm.setup()
     assert dm.batch.graph.edge_weight is not None  # evaluation graph: 1 / in-degree weights

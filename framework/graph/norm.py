@@ -15,8 +15,8 @@ from graphfuse.graph.graph import Graph
 def add_remaining_self_loops(graph: Graph, fill_value: float = 1.0) -> Graph:
     """Replace existing self-loops by exactly one self-loop per node (PyG's ``add_remaining_self_loops``).
 
-    A node that had a self-loop keeps its weight (1 when unweighted; one of them for duplicates); others get
-    ``fill_value``.
+    A node that had a self-loop keeps its weight (1 when unweighted; the last one's, in COO order, for duplicates,
+    which alone gets the gradient); others get ``fill_value``.
     Non-loop edges keep their order; the N loops are appended in node order.
     """
     if graph.is_bipartite:
@@ -30,7 +30,11 @@ def add_remaining_self_loops(graph: Graph, fill_value: float = 1.0) -> Graph:
     if weight is None:
         weight = torch.ones(graph.num_edges, device=graph.device)
     loop_weight = torch.full((n,), fill_value, dtype=weight.dtype, device=graph.device)
-    loop_weight[src[~keep]] = weight[~keep]
+    if graph.num_edges:  # each node's last self-loop (an index_put with repeated nodes picks any on CUDA, and
+        # sends the gradient to every duplicate): a gather by position, no host sync
+        position = torch.arange(graph.num_edges, device=graph.device).masked_fill_(keep, -1)
+        last = torch.full((n,), -1, device=graph.device).scatter_reduce_(0, src, position, "amax")
+        loop_weight = torch.where(last >= 0, weight[last.clamp(min=0)], loop_weight)
     weight = torch.cat([weight[keep], loop_weight])
     return Graph(edge_index, num_nodes=n, edge_weight=weight, validate=False)
 

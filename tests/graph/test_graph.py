@@ -217,3 +217,16 @@ def test_learned_weights_of_a_target_summing_to_zero_get_finite_gradients(normal
     keep = torch.tensor([0, 2, 3])  # away from the empty target the gradient is the exact one
     torch.autograd.gradcheck(lambda v: normalise(Graph(ei[:, keep], num_nodes=3, edge_weight=v)).edge_weight,
                              (w.detach()[keep].clone().requires_grad_(),))
+
+
+def test_duplicate_self_loops_keep_the_last_weight_and_its_gradient():
+    """An index_put with a repeated node kept one duplicate's weight but sent the gradient to all of them
+    (gradcheck failed, as it does for PyG's add_remaining_self_loops)."""
+    ei = torch.tensor([[0, 2, 1, 2, 2, 1], [1, 2, 0, 2, 0, 1]])
+    w = torch.tensor([1.0, 0.3, 2.0, 0.7, 4.0, 5.0], dtype=torch.float64, requires_grad=True)
+    looped = add_remaining_self_loops(Graph(ei, num_nodes=3, edge_weight=w), 9.0)
+    assert looped.edge_index.tolist() == [[0, 1, 2, 0, 1, 2], [1, 0, 0, 0, 1, 2]]
+    assert looped.edge_weight.tolist() == [1.0, 2.0, 4.0, 9.0, 5.0, 0.7]
+    torch.autograd.gradcheck(lambda v: add_remaining_self_loops(Graph(ei, num_nodes=3, edge_weight=v)).edge_weight,
+                             (w,))
+    torch.autograd.gradcheck(lambda v: gcn_norm(Graph(ei, num_nodes=3, edge_weight=v)).edge_weight, (w,))

@@ -15,12 +15,12 @@ import json
 import logging
 import os
 import platform
-import shutil
 import statistics
 import sys
 import time
 import warnings
 from datetime import UTC, datetime
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
@@ -183,6 +183,13 @@ def _resume_state(cfg: DictConfig, ckpt_dir: Path, resolved: dict[str, Any]) -> 
     """The content of the checkpoint to resume from (``trainer.resume``), checked; None for a fresh run.
     Touches nothing: a refused resume leaves the run directory as it was."""
     if not cfg.trainer.resume:
+        foreign = _run_checkpoints(ckpt_dir)[1]
+        if foreign:  # a fresh run clears the folder's checkpoints: it must not delete what is not one of them
+            names = ", ".join(p.name for p in foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+            raise ConfigError(
+                f"{ckpt_dir} holds files that are not this kind of run's checkpoints ({names}); a fresh run would "
+                "clear that folder. Point output_dir= at another folder, or move them."
+            )
         return None
     last = ckpt_dir / "last.ckpt"
     if not last.is_file():
@@ -216,6 +223,14 @@ def _resume_state(cfg: DictConfig, ckpt_dir: Path, resolved: dict[str, Any]) -> 
             f"trainer.resume=true: {last} was saved after {done} epochs, more than trainer.max_epochs="
             f"{cfg.trainer.max_epochs}; raise trainer.max_epochs to continue that run."
         )
+    stopper = next((state for key, state in saved.get("callbacks", {}).items() if key.startswith("EarlyStopping")),
+                   {})
+    if cfg.trainer.patience and stopper.get("wait_count", 0) >= cfg.trainer.patience:
+        raise ConfigError(  # Lightning would run one more epoch (and more, were it better) past the stop
+            f"trainer.resume=true: the run in {last} stopped early ({stopper['wait_count']} validation checks "
+            f"without a better {MONITOR}, trainer.patience={cfg.trainer.patience}); it has nothing to continue. "
+            "Raise trainer.patience (or set it to 0) to train it further, or start a fresh run."
+        )
     recorded = sorted(_recorded_best(saved) - {last.name})
     if recorded and not any(ckpt_dir.glob("best-*.ckpt")):
         raise ConfigError(
@@ -226,15 +241,26 @@ def _resume_state(cfg: DictConfig, ckpt_dir: Path, resolved: dict[str, Any]) -> 
     return saved
 
 
+def _run_checkpoints(ckpt_dir: Path) -> tuple[list[Path], list[Path]]:
+    """What ``ckpt_dir`` holds: (the checkpoint files a run writes, everything else)."""
+    entries = sorted(ckpt_dir.iterdir()) if ckpt_dir.is_dir() else []
+    ours = [p for p in entries if p.is_file() and (p.name == "last.ckpt" or fnmatch(p.name, "best-*.ckpt"))]
+    return ours, [p for p in entries if p not in ours]
+
+
 def _clear_checkpoints(ckpt_dir: Path, saved: dict[str, Any] | None) -> None:
-    """A fresh run (``saved`` None) removes an earlier run's checkpoints; a resumed one the best checkpoint its
-    last.ckpt does not record (see :func:`_remove_unrecorded_best`)."""
+    """A fresh run (``saved`` None) removes an earlier run's checkpoints (last.ckpt, best-*.ckpt; it refuses a
+    folder holding anything else); a resumed one the best checkpoint its last.ckpt does not record (see
+    :func:`_remove_unrecorded_best`)."""
     if saved is not None:
         _remove_unrecorded_best(ckpt_dir, saved)
-    elif ckpt_dir.is_dir() and any(ckpt_dir.iterdir()):
+        return
+    ours, foreign = _run_checkpoints(ckpt_dir)
+    if ours:
         log.warning("%s holds checkpoints of an earlier run; removing them and starting fresh "
                     "(trainer.resume=true continues that run instead)", ckpt_dir)
-        shutil.rmtree(ckpt_dir)
+        for path in ours:
+            path.unlink()
 
 
 def _seed_early_stopping(stopper: EarlyStopping, checkpoint: ModelCheckpoint, saved: dict[str, Any]) -> None:

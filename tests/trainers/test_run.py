@@ -60,6 +60,35 @@ def test_resume_keeps_this_runs_patience(tiny, tmp_path):
     assert resumed["epochs_this_run"] == 3 and resumed["stopped_early"]
 
 
+def test_resuming_a_run_that_stopped_early_with_its_patience_is_refused(tiny, tmp_path):
+    """Lightning ran one more epoch past the stop (and kept going while it improved), so re-running a finished
+    command with trainer.resume=true changed its result."""
+    from graphfuse.trainers.config import ConfigError
+
+    stall = [*tiny, "optim.lr=0", "optim.weight_decay=0", "trainer.max_epochs=50"]
+    first = train(load_config([*stall, "trainer.patience=1"]), verbose=False)
+    assert first["stopped_early"]
+    metrics = (tmp_path / "run" / "metrics.json").read_bytes()
+    with pytest.raises(ConfigError, match="stopped early .* it has nothing to continue"):
+        train(load_config([*stall, "trainer.patience=1", "trainer.resume=true"]), verbose=False)
+    assert (tmp_path / "run" / "metrics.json").read_bytes() == metrics
+
+
+def test_a_fresh_run_removes_only_checkpoints_from_the_checkpoints_folder(tiny, tmp_path):
+    """It removed the whole folder, whatever it held."""
+    from graphfuse.trainers.config import ConfigError
+
+    folder = tmp_path / "run" / "checkpoints"
+    train(load_config([*tiny, "trainer.max_epochs=1"]), verbose=False)
+    (folder / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match=r"holds files that are not this kind of run's checkpoints \(notes.txt\)"):
+        train(load_config([*tiny, "trainer.max_epochs=1"]), verbose=False)
+    assert (folder / "notes.txt").read_text() == "mine" and (folder / "last.ckpt").is_file()
+    (folder / "notes.txt").unlink()
+    train(load_config([*tiny, "trainer.max_epochs=1"]), verbose=False)  # only its own files: cleared and rerun
+    assert (folder / "last.ckpt").is_file()
+
+
 def test_bad_config_or_resume_leaves_the_earlier_run_untouched(tiny, tmp_path):
     from graphfuse.trainers.config import ConfigError
 

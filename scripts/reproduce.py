@@ -115,7 +115,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     for name in args.experiments:  # --experiments takes every later word: an override would land here
         if "=" in name:
             parser.error(f"--experiments got {name!r}: put key=value overrides before --experiments or after --")
-    overridden = sorted({item.partition("=")[0] for item in args.overrides} & {"seed", "output_dir"})
+    keys = {item.partition("=")[0].lstrip("+") for item in args.overrides}
+    if "experiment" in keys:  # it replaced every --experiments entry, whose names the results then carried
+        parser.error("experiment cannot be overridden: name the experiments with --experiments")
+    overridden = sorted(keys & {"seed", "output_dir"})
     if overridden:
         parser.error(f"{', '.join(overridden)} cannot be overridden: every seed 0..N-1 runs in its own directory "
                      "under --runs-dir (use --seeds and --runs-dir)")
@@ -132,6 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     quiet_lightning()
     results: dict[str, dict[str, Any]] = {}
+    status = 0
     try:
         # every experiment composed before any trains: a typo in the last one must not cost the earlier runs
         models = {e: load_config([f"experiment={e}", *args.overrides]).model.name for e in args.experiments}
@@ -151,11 +155,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 results[name] = summarize(name, experiment, runs, overrides)
                 r = results[name]
                 print(f"{name}: {r['mean'] * 100:.2f} ± {r['std'] * 100:.2f} over {len(runs)} seeds", flush=True)
-    except (ConfigError, DatasetNotFoundError) as error:
+    except (ConfigError, DatasetNotFoundError) as error:  # e.g. a later experiment's dataset is missing
         print(f"reproduce: error: {error}", file=sys.stderr)
-        return 2
-
-    args.out.mkdir(parents=True, exist_ok=True)
+        status = 2
+    if not results:
+        return status
+    args.out.mkdir(parents=True, exist_ok=True)  # the experiments that finished are kept
     path = args.out / "accuracy.json"
     merged: dict[str, dict[str, Any]] = {}
     if path.is_file():
@@ -164,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     path.write_text(json.dumps({"results": dict(sorted(merged.items()))}, indent=2) + "\n")
     (args.out / "accuracy.md").write_text(markdown(merged))
     print(f"wrote {path} and {args.out / 'accuracy.md'}")
-    return 0
+    return status
 
 
 if __name__ == "__main__":

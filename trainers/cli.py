@@ -60,3 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     except DatasetNotFoundError as error:
         return _fail(f"dataset not found: {error}")
     return 0
+
+
+if __name__ == "__main__":  # python -m graphfuse.trainers.cli ...
+    raise SystemExit(main())

@@ -19,8 +19,9 @@ def _load_script():
 def test_reproduce_one_seed_writes_json_and_markdown(tmp_path, tiny_settings):
     reproduce = _load_script()
     out = tmp_path / "results"
+    settings = [item for item in tiny_settings if not item.startswith("experiment=")]
     argv = ["--experiments", "gcn_synthetic", "--seeds", "1", "--out", str(out), "--runs-dir",
-            str(tmp_path / "runs"), *tiny_settings, "trainer.max_epochs=2"]
+            str(tmp_path / "runs"), *settings, "trainer.max_epochs=2"]
     assert reproduce.main(argv) == 0
     results = json.loads((out / "accuracy.json").read_text())["results"]
     entry = results["gcn_synthetic"]
@@ -51,9 +52,35 @@ def test_bad_arguments_fail_before_anything_trains(tmp_path, tiny_settings, caps
         reproduce.main([*common, *tiny_settings, "--experiments", "gcn_synthetic", "trainer.max_epochs=2"])
     assert stop.value.code == 2 and "put key=value overrides before --experiments" in capsys.readouterr().err
     with pytest.raises(SystemExit) as stop:  # every seed would have run with seed 7
-        reproduce.main([*common, "--experiments", "gcn_synthetic", "--", *tiny_settings, "seed=7"])
+        reproduce.main([*common, "--experiments", "gcn_synthetic", "--", *tiny_settings[1:], "seed=7"])
     assert stop.value.code == 2 and "seed cannot be overridden" in capsys.readouterr().err
     # a typo in the last experiment: refused before gcn_synthetic trains
     settings = [item for item in tiny_settings if not item.startswith("experiment=")]
     assert reproduce.main([*common, "--experiments", "gcn_synthetic", "nope", "--", *settings]) == 2
     assert "unknown experiment 'nope'" in capsys.readouterr().err and not runs.exists()
+
+    with pytest.raises(SystemExit) as stop:  # it replaced every --experiments entry, under their names
+        reproduce.main([*common, "--experiments", "gcn_cora", "--", *tiny_settings])
+    assert stop.value.code == 2 and "experiment cannot be overridden" in capsys.readouterr().err
+
+
+def test_finished_experiments_are_written_when_a_later_one_fails(tmp_path, tiny_settings, monkeypatch):
+    """A later experiment's missing dataset exited 2 and threw away the results of those already trained."""
+    import graphfuse.trainers.run as run
+    from graphfuse.data import DatasetNotFoundError
+
+    real = run.train
+
+    def train(cfg, verbose=True):
+        if cfg.sampler.name is not None:
+            raise DatasetNotFoundError("the second experiment's files are missing", tmp_path / "nowhere")
+        return real(cfg, verbose=verbose)
+
+    monkeypatch.setattr(run, "train", train)
+    reproduce = _load_script()
+    settings = [item for item in tiny_settings if not item.startswith("experiment=")]
+    out = tmp_path / "results"
+    argv = ["--seeds", "1", "--out", str(out), "--runs-dir", str(tmp_path / "runs"), "--experiments",
+            "gcn_synthetic", "graphsaint_rw_synthetic", "--", *settings, "trainer.max_epochs=1"]
+    assert reproduce.main(argv) == 2
+    assert set(json.loads((out / "accuracy.json").read_text())["results"]) == {"gcn_synthetic"}

@@ -119,3 +119,13 @@ def test_output_dir_that_cannot_be_created_exits_2(capsys, tiny_settings, tmp_pa
     _fails_cleanly(capsys, [*tiny_settings, "trainer.max_epochs=1", f"output_dir={out}"],
                    "output_dir", str(out))
     assert blocker.read_text() == "not a folder"
+
+
+def test_python_dash_m_runs_the_cli():
+    """``python -m graphfuse.trainers.cli`` imported the module and exited 0 without doing anything."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "graphfuse.trainers.cli", "experiment=nope"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2 and "nope" in done.stderr

@@ -206,6 +206,11 @@ def _resume_state(cfg: DictConfig, ckpt_dir: Path, resolved: dict[str, Any]) -> 
             "not a checkpoint: start a fresh run (without trainer.resume), or put a readable last.ckpt there."
         ) from None
     before = saved.get("hyper_parameters", {}).get("config") or {}
+    if before and before.get("seed") != resolved["seed"]:  # the batches, dropout and data would mix two seeds
+        raise ConfigError(
+            f"trainer.resume=true: seed={resolved['seed']} differs from the run being resumed ({last}), which has "
+            f"seed={before.get('seed')}; resume with that seed, or start a fresh run."
+        )
     for section in ("data", "model"):  # what the weights were trained for; optim, trainer, sampler may change
         old, new = before.get(section, {}), resolved[section]
         changed = sorted(k for k in {*old, *new} if (section, k) not in RESUME_FREE and old.get(k) != new.get(k))

@@ -358,3 +358,16 @@ def test_an_output_dir_inside_the_data_mirror_is_refused(tiny_settings, tmp_path
     with pytest.raises(ConfigError, match="output_dir=.* lies inside \\$GRAPHFUSE_DATA_MIRROR"):
         train(load_config([*tiny_settings, f"output_dir={tmp_path / 'mirror' / 'run'}"]), verbose=False)
     assert not (tmp_path / "mirror").exists()
+
+
+
+def test_resume_with_another_seed_is_refused(tiny, tmp_path):
+    """The check compared data and model only: a resumed neighbour run mixed two seeds' batches, and its
+    metrics.json then claimed the new seed."""
+    from graphfuse.trainers.config import ConfigError
+
+    train(load_config([*tiny, "trainer.max_epochs=1"]), verbose=False)
+    with pytest.raises(ConfigError, match="seed=1 differs from the run being resumed .* seed=0"):
+        train(load_config([*tiny, "trainer.max_epochs=2", "trainer.resume=true", "seed=1"]), verbose=False)
+    assert train(load_config([*tiny, "trainer.max_epochs=2", "trainer.resume=true", "seed=0"]),
+                 verbose=False)["epochs_this_run"] == 1

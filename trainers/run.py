@@ -230,7 +230,8 @@ def _resume_state(cfg: DictConfig, ckpt_dir: Path, resolved: dict[str, Any]) -> 
         )
     stopper = next((state for key, state in saved.get("callbacks", {}).items() if key.startswith("EarlyStopping")),
                    {})
-    if cfg.trainer.patience and stopper.get("wait_count", 0) >= cfg.trainer.patience:
+    waited = stopper.get("wait_count", 0)  # the run stopped (its own patience ran out) and would stop again
+    if cfg.trainer.patience and waited >= stopper.get("patience", cfg.trainer.patience) and waited >= cfg.trainer.patience:
         raise ConfigError(  # Lightning would run one more epoch (and more, were it better) past the stop
             f"trainer.resume=true: the run in {last} stopped early ({stopper['wait_count']} validation checks "
             f"without a better {MONITOR}, trainer.patience={cfg.trainer.patience}); it has nothing to continue. "

@@ -128,6 +128,9 @@ def softmax_forward(
         _check_ptr(op, "rowptr", rowptr, a_dst.size(0), "N_dst")
         _check_entries(op, dict(col32=(col32, torch.int32), perm=(perm, torch.int64)))
         rt.check_devices(op, dict(rowptr=rowptr, col32=col32, perm=perm, a_src=a_src, a_dst=a_dst))
+        rt.check_indices(op, ("rowptr", rowptr, "col32", col32),
+                         [("col32", col32, a_src.size(0)), ("perm", perm, col32.numel())],
+                         [rt.permutation_rule("perm", perm)] if coo_order else [])
     num_dst, heads, nnz = a_dst.size(0), a_src.size(1), col32.numel()
     device, dtype = a_src.device, a_src.dtype
     alpha_coo = torch.empty(nnz, heads, dtype=dtype, device=device) if coo_order else None
@@ -155,16 +158,21 @@ def alpha_entries(
     negative_slope: float = 0.2,
     dropout: float = 0.0,
     seed: int = 0,
+    check: bool = True,
 ) -> Tensor:
     """Recompute the coefficients of an entry list (source ``src``, target ``dst32``, COO id ``eid``), bitwise
-    equal to :func:`softmax_forward`'s. Returns (n, H) in the order of the list (e.g. CSC order)."""
+    equal to :func:`softmax_forward`'s. Returns (n, H) in the order of the list (e.g. CSC order).
+    ``check=False``: the caller (the engine) has validated the arguments."""
     op = "gat_alpha_entries"
-    _check_dropout(op, dropout, seed)
-    heads = _check_nodes(op, a_src, a_dst)
-    n = _check_entries(op, dict(src=(src, torch.int64), dst32=(dst32, torch.int32), eid=(eid, torch.int64)))
-    _check_stats(op, row_max, row_sum, a_src, a_dst)
-    device = rt.check_devices(op, dict(src=src, dst32=dst32, eid=eid, a_src=a_src, a_dst=a_dst, row_max=row_max,
-                                       row_sum=row_sum))
+    if check:
+        _check_dropout(op, dropout, seed)
+        _check_nodes(op, a_src, a_dst)
+        _check_entries(op, dict(src=(src, torch.int64), dst32=(dst32, torch.int32), eid=(eid, torch.int64)))
+        _check_stats(op, row_max, row_sum, a_src, a_dst)
+        rt.check_devices(op, dict(src=src, dst32=dst32, eid=eid, a_src=a_src, a_dst=a_dst, row_max=row_max,
+                                  row_sum=row_sum))
+        rt.check_indices(op, None, [("src", src, a_src.size(0)), ("dst32", dst32, a_dst.size(0))])
+    heads, n, device = a_src.size(1), src.numel(), a_src.device
     out = torch.empty(n, heads, dtype=a_src.dtype, device=device)
     family = _family(a_src.dtype, dropout > 0)
     rt.launch(FILE, family[1], device, (-(-(n * heads) // rt.BLOCK),), (rt.BLOCK,), (
@@ -194,6 +202,7 @@ def softmax_backward(
     seed: int = 0,
     need_src: bool = True,
     need_dst: bool = True,
+    check: bool = True,
 ) -> tuple[Tensor | None, Tensor | None]:
     """Gradients of the attention coefficients into ``a_src`` and ``a_dst`` (two atomic-free passes).
 
@@ -205,25 +214,32 @@ def softmax_backward(
 
     Returns:
         ``(d_src, d_dst)``: (N_src, H) and (N_dst, H), None where not asked for.
+
+    ``check=False``: the caller (the engine) has validated the arguments.
     """
     op = "gat_softmax_backward"
-    _check_dropout(op, dropout, seed)
-    heads = _check_nodes(op, a_src, a_dst)
-    num_dst, num_src = a_dst.size(0), a_src.size(0)
-    _check_ptr(op, "rowptr", rowptr, num_dst, "N_dst")
-    _check_ptr(op, "colptr", colptr, num_src, "N_src")
-    entries = dict(col32=(col32, torch.int32), perm=(perm, torch.int64), row32=(row32, torch.int32),
-                   csc_perm=(csc_perm, torch.int64), cpos=(cpos, torch.int64))
-    if rpos is not None:
-        entries["rpos"] = (rpos, torch.int64)
-    nnz = _check_entries(op, entries)
-    rt.check_tensor(op, "dalpha", dalpha, dtypes=(a_src.dtype,), ndim=2, shape=(nnz, heads),
-                    shape_text=f"(E={nnz}, H={heads})")
-    _check_stats(op, row_max, row_sum, a_src, a_dst)
-    device = rt.check_devices(op, dict(rowptr=rowptr, col32=col32, perm=perm, colptr=colptr, row32=row32,
-                                       csc_perm=csc_perm, dalpha=dalpha, rpos=rpos, cpos=cpos, a_src=a_src,
-                                       a_dst=a_dst, row_max=row_max, row_sum=row_sum))
-    dtype = a_src.dtype
+    if check:
+        _check_dropout(op, dropout, seed)
+        _check_nodes(op, a_src, a_dst)
+    heads, num_dst, num_src = a_src.size(1), a_dst.size(0), a_src.size(0)
+    if check:
+        _check_ptr(op, "rowptr", rowptr, num_dst, "N_dst")
+        _check_ptr(op, "colptr", colptr, num_src, "N_src")
+        entries = dict(col32=(col32, torch.int32), perm=(perm, torch.int64), row32=(row32, torch.int32),
+                       csc_perm=(csc_perm, torch.int64), cpos=(cpos, torch.int64))
+        if rpos is not None:
+            entries["rpos"] = (rpos, torch.int64)
+        nnz = _check_entries(op, entries)
+        rt.check_tensor(op, "dalpha", dalpha, dtypes=(a_src.dtype,), ndim=2, shape=(nnz, heads),
+                        shape_text=f"(E={nnz}, H={heads})")
+        _check_stats(op, row_max, row_sum, a_src, a_dst)
+        rt.check_devices(op, dict(rowptr=rowptr, col32=col32, perm=perm, colptr=colptr, row32=row32,
+                                  csc_perm=csc_perm, dalpha=dalpha, rpos=rpos, cpos=cpos, a_src=a_src,
+                                  a_dst=a_dst, row_max=row_max, row_sum=row_sum))
+        rt.check_indices(op, ("rowptr", rowptr, "col32", col32),
+                         [("col32", col32, num_src), ("rpos", rpos, nnz), ("cpos", cpos, nnz)])
+        rt.check_indices(op, ("colptr", colptr, "row32", row32), [("row32", row32, num_dst)])
+    device, dtype = a_src.device, a_src.dtype
     d_dst = torch.empty(num_dst, heads, dtype=dtype, device=device) if need_dst else None
     rowdot = torch.empty(num_dst, heads, dtype=dtype, device=device)
     family = _family(dtype, dropout > 0)

@@ -105,7 +105,8 @@ def _backward(graph: Graph, dalpha: Tensor, rpos: Tensor | None, cpos: Tensor, s
     csc = graph.csc
     return gat_kernels.softmax_backward(
         *_csr_args(graph), csc.colptr, _index32(graph, "csc"), csc.perm, dalpha, rpos, cpos, a_src, a_dst,
-        row_max, row_sum, negative_slope=slope, dropout=dropout, seed=seed, need_src=need_src, need_dst=need_dst)
+        row_max, row_sum, negative_slope=slope, dropout=dropout, seed=seed, need_src=need_src, need_dst=need_dst,
+        check=False)
 
 
 class FusedGatAttention(torch.autograd.Function):
@@ -166,7 +167,8 @@ class FusedGatAggregate(torch.autograd.Function):
         dh = d_src = d_dst = None
         if ctx.needs_input_grad[1]:
             alpha = gat_kernels.alpha_entries(csc.col, row32, csc.perm, a_src, a_dst, row_max, row_sum,
-                                              negative_slope=ctx.slope, dropout=ctx.dropout, seed=ctx.seed)
+                                              negative_slope=ctx.slope, dropout=ctx.dropout, seed=ctx.seed,
+                                              check=False)
             plan = gespmm_plan(graph, "csc", g, heads=heads, weighted=True)
             dh, _ = plan(g, alpha.view(-1) if heads == 1 else alpha)
             del alpha

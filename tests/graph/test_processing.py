@@ -288,3 +288,27 @@ def test_cases_cover_the_hard_parts():
     loops = processing_graph("duplicates_loops", False).edge_index
     assert int((loops[0] == loops[1]).sum()) > 30
     assert {c for c in ALL_CASES} >= {"bipartite", "empty"}
+
+
+def test_gat_launchers_refuse_index_values_out_of_range(monkeypatch):
+    """Shapes were checked but not values: a source id past a_src's rows or a repeated COO id reached the kernels
+    (an out-of-bounds read, or alpha slots left unwritten). CPU tensors stand in for CUDA ones."""
+    from graphfuse.kernels import runtime
+
+    monkeypatch.setattr(runtime, "check_devices", lambda op, tensors: torch.device("cpu"))
+    rowptr, col32, perm = _csr_cpu()
+    a = torch.zeros(4, 2)
+    far = col32.clone()
+    far[2] = 4
+    with pytest.raises(ValueError, match=r"gat_softmax: col32 must hold values in \[0, 4\)"):
+        gat_attention.softmax_forward(rowptr, far, perm, a, a)
+    with pytest.raises(ValueError, match=r"gat_softmax: perm must be a permutation of \[0, 6\)"):
+        gat_attention.softmax_forward(rowptr, col32, torch.tensor([0, 1, 1, 3, 4, 5]), a, a)
+    with pytest.raises(ValueError, match=r"gat_alpha_entries: dst32 must hold values in \[0, 4\)"):
+        gat_attention.alpha_entries(col32.long(), far, perm, a, a, a, a)
+    with pytest.raises(ValueError, match=r"gat_softmax_backward: cpos must hold values in \[0, 6\)"):
+        gat_attention.softmax_backward(rowptr, col32, perm, rowptr, col32, perm, torch.zeros(6, 2), None, perm + 1,
+                                       a, a, a, a)
+    with pytest.raises(ValueError, match=r"gat_softmax_backward: row32 must hold values in \[0, 4\)"):
+        gat_attention.softmax_backward(rowptr, col32, perm, rowptr, far, perm, torch.zeros(6, 2), None, perm,
+                                       a, a, a, a)

@@ -13,6 +13,7 @@ The ``pyg_gcn`` / ``pyg_gat`` models are the side-by-side reference: PyTorch Geo
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from graphfuse.engine.autograd import KERNEL_BACKENDS
 from graphfuse.graph import Graph
 from graphfuse.kernels import runtime
 from graphfuse.nn import GAT, GCN, MODELS
-from graphfuse.trainers.config import SAINT_PARAMS, ConfigError
+from graphfuse.trainers.config import SAINT_PARAMS, ConfigError, ModelConfig, SamplerConfig
 from graphfuse.trainers.datamodule import FullGraphDataModule
 from graphfuse.trainers.sampled import NEIGHBOR_LOADER_ARGS, SAINT_LOADER_ARGS, SampledDataModule
 
@@ -81,6 +82,20 @@ MODEL_BUILDERS: dict[str, Callable[..., nn.Module]] = {**MODELS, "pyg_gcn": PygG
 ``graphfuse.nn.MODELS`` plus the PyG reference twins."""
 
 
+log = logging.getLogger(__name__)
+
+
+def warn_ignored(section: str, cfg: DictConfig, used: set[str], schema: type, what: str) -> None:
+    """Warn about keys of a config section that ``what`` does not read but that were set away from their
+    defaults (``model.heads=4`` on a GCN): config.yaml records them, and nothing applies them."""
+    defaults = OmegaConf.structured(schema)
+    ignored = sorted(k for k in cfg if k not in used and cfg[k] != defaults[k])
+    if ignored:
+        log.warning("%s does not use %s; %s ignored", what,
+                    ", ".join(f"{section}.{k}={OmegaConf.to_container(cfg)[k]}" for k in ignored),
+                    "it is" if len(ignored) == 1 else "they are")
+
+
 def model_kwargs(cfg: DictConfig) -> dict[str, Any]:
     """The keyword arguments of ``MODEL_BUILDERS[cfg.name]`` taken from the model section.
 
@@ -99,6 +114,11 @@ def model_kwargs(cfg: DictConfig) -> dict[str, Any]:
     return kwargs
 
 
+def _model_keys(cfg: DictConfig) -> set[str]:
+    """The model-section keys model ``cfg.name`` reads (see :func:`model_kwargs`)."""
+    return {"name", "hidden", *model_kwargs(cfg)}
+
+
 def build_model(cfg: DictConfig, in_channels: int, out_channels: int) -> nn.Module:
     """The model of the ``model`` section for ``in_channels`` input features and ``out_channels`` classes.
 
@@ -106,6 +126,7 @@ def build_model(cfg: DictConfig, in_channels: int, out_channels: int) -> nn.Modu
         ConfigError: unknown model name, or hyper-parameters the model rejects.
     """
     kwargs = model_kwargs(cfg)
+    warn_ignored("model", cfg, _model_keys(cfg), ModelConfig, f"model {cfg.name!r}")
     backends = ("auto", *registered_backends(), *((FUSED,) if cfg.name == "gat" else ()))  # GAT's fused attention
     if cfg.backend not in backends:
         raise ConfigError(f"invalid value for 'model.backend': {cfg.backend!r}; valid backends are: "
@@ -179,6 +200,15 @@ def build_dataset(cfg: DictConfig) -> NodeDataset:
     return dataset
 
 
+def _sampler_keys(cfg: DictConfig) -> set[str]:
+    """The sampler-section keys sampler ``cfg.name`` reads (none but the name for full-graph training)."""
+    if cfg.name is None:
+        return {"name"}
+    if cfg.name == "neighbor":
+        return {"name", *NEIGHBOR_LOADER_ARGS}
+    return {"name", *SAINT_PARAMS[cfg.name], *SAINT_LOADER_ARGS, "aggr_norm", "cache_dir"}
+
+
 def uses_mean_weights(cfg: DictConfig) -> bool:
     """Whether the model of the ``model`` section reads its graphs' edge weights as a mean aggregation's
     (GraphSAINT with ``aggr="sum"``; see :class:`~graphfuse.trainers.datamodule.FullGraphDataModule`)."""
@@ -199,6 +229,8 @@ def build_datamodule(cfg: DictConfig, dataset: NodeDataset) -> FullGraphDataModu
     """
     mean_weights = uses_mean_weights(cfg.model)
     sampler = cfg.sampler
+    warn_ignored("sampler", sampler, _sampler_keys(sampler), SamplerConfig,
+                 "full-graph training" if sampler.name is None else f"sampler {sampler.name!r}")
     if sampler.name is None:
         return FullGraphDataModule(dataset, mean_weights=mean_weights, reorder=cfg.data.reorder)
     plain = OmegaConf.to_container(sampler, resolve=True)

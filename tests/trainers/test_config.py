@@ -188,3 +188,29 @@ def test_list_key_given_a_scalar_says_it_takes_a_list():
     assert "AnyNode" not in message and ".." not in message
     assert load_config(["experiment=sage_neighbor_facebook", "sampler.num_neighbors=[10,5]"]
                        ).sampler.num_neighbors == [10, 5]
+
+
+def test_settings_the_chosen_model_or_sampler_does_not_read_are_warned_about(caplog):
+    """model.heads=4 on a GCN or sampler.budget on a random-walk sampler were dropped silently while config.yaml
+    recorded them; every shipped experiment, with its PyG twin where it has one, reads all it sets."""
+    import logging
+
+    from graphfuse.trainers import build
+    from graphfuse.trainers.config import ModelConfig, SamplerConfig, available
+
+    def warnings_of(overrides):
+        cfg = load_config(overrides)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="graphfuse.trainers.build"):
+            build.warn_ignored("model", cfg.model, build._model_keys(cfg.model), ModelConfig, "m")
+            build.warn_ignored("sampler", cfg.sampler, build._sampler_keys(cfg.sampler), SamplerConfig, "s")
+        return caplog.text
+
+    for name in available("experiment"):
+        assert warnings_of([f"experiment={name}"]) == "", name
+    assert warnings_of(["experiment=gcn_cora", "model.name=pyg_gcn"]) == ""
+    text = warnings_of(["experiment=gcn_cora", "model.heads=4", "model.aggr=max"])
+    assert "m does not use model.aggr=max, model.heads=4; they are ignored" in text
+    assert "s does not use sampler.budget=10; it is ignored" in warnings_of(
+        ["sampler=saint_rw", "model=saint", "model.aggr=sum", "sampler.budget=10"])
+    assert "sampler.batch_size=64" in warnings_of(["experiment=gcn_cora", "sampler.batch_size=64"])

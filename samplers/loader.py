@@ -179,6 +179,9 @@ class SaintLoader:
         self.generator = make_generator(graph.device, seed, "SaintLoader")
         self._gatherer = _Gatherer(graph, x, y, node_data, "SaintLoader")
         self.training = training_subgraph(graph, train_mask) if norm == "paper" else None
+        if self.training is not None and self.training.graph.num_edges == 0 and sampler.name != "saint_rw":
+            raise ValueError(f"SaintLoader: norm='paper' samples from the training subgraph (the edges between "
+                             f"training nodes), which has no edges for the {sampler.name} sampler")
         self.saint_norm: SaintNorm | None = None
         if sample_coverage > 0:
             self.saint_norm = compute_saint_norm(

@@ -193,6 +193,8 @@ def count_saint_samples(
     if method not in ("auto", "candidates", "bitmask"):
         raise ValueError(f"count_saint_samples: method must be 'auto', 'candidates' or 'bitmask'; got {method!r}")
     n, device = graph.num_nodes, graph.device
+    if n == 0:
+        raise ValueError("count_saint_samples: the graph has no nodes to sample")
     node_count = torch.zeros(n, dtype=torch.int64, device=device)
     edge_count = torch.zeros(graph.num_edges, dtype=torch.int64, device=device)
     target = math.ceil(n * sample_coverage)

@@ -322,3 +322,20 @@ def test_node_data_names_taken_by_the_batch_are_refused(name):
     graph = make_graph_case("hub")
     with pytest.raises(ValueError, match=f"node_data names \\['{name}'\\] are taken by the batch itself"):
         NeighborLoader(graph, [2], node_data={name: torch.zeros(graph.num_nodes)})
+
+
+def test_paper_mode_without_training_edges_and_an_empty_graph_say_so():
+    """The node and edge samplers said 'the graph has no edges' of a graph that has them (the training subgraph
+    had none), and only at the first batch when there was no pre-sampling; an empty graph failed on num_samples."""
+    graph = make_graph_case("hub")
+    lonely = torch.zeros(graph.num_nodes, dtype=torch.bool)
+    src, dst = graph.edge_index
+    looped = set(src[src == dst].tolist())
+    lonely[next(v for v in range(graph.num_nodes) if v not in looped)] = True  # one node, no edge among them
+    for sampler in (SaintNodeSampler(5), SaintEdgeSampler(5)):
+        with pytest.raises(ValueError, match="the training subgraph .* has no edges for the saint_"):
+            SaintLoader(graph, sampler, norm="paper", train_mask=lonely, sample_coverage=0)
+    assert SaintLoader(graph, SaintRandomWalkSampler(2, 1), norm="paper", train_mask=lonely, sample_coverage=0)
+    with pytest.raises(ValueError, match="count_saint_samples: the graph has no nodes to sample"):
+        count_saint_samples(graphfuse.Graph(torch.zeros(2, 0, dtype=torch.long), num_nodes=0), SaintRandomWalkSampler(1, 1),
+                            2, torch.Generator().manual_seed(0))

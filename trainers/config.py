@@ -226,8 +226,9 @@ def _merge(cfg: DictConfig, other: Any, source: str) -> DictConfig:
     except OmegaConfBaseException as error:
         raise ConfigError(f"cannot apply {source}: {_first_line(error)}.") from None
     except TypeError as error:  # e.g. sampler.num_neighbors[0]=3: omegaconf cannot merge a dict into a list
-        raise ConfigError(f"cannot apply {source}: {_first_line(error)}; set a list whole, e.g. "
-                          "sampler.num_neighbors=[15,10,5].") from None
+        raise ConfigError(f"cannot apply {source}: {_first_line(error)}; a list is set whole (e.g. "
+                          "sampler.num_neighbors=[15,10,5]) and a section key by key (e.g. data.options.seed=1)."
+                          ) from None
 
 
 def _load_yaml(path: Path, what: str) -> DictConfig:

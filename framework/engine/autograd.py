@@ -35,7 +35,6 @@ host-side cost per call, not the kernel, is what a layer pays.
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 import torch
@@ -137,22 +136,18 @@ def _perm(graph: Graph, fmt: str) -> Tensor:
 def _permuted(graph: Graph, w: Tensor | None, fmt: str) -> Tensor | None:
     """Edge weights (COO order) in CSR or CSC order.
 
-    The graph's own ``edge_weight`` (immutable with the graph) is permuted once and cached on the graph in a
-    slot ``{"ref": weakref, "version": int, "value": Tensor}`` under ``("kernels", "permuted", fmt)`` (the
-    fused graph-processing stage pre-fills it); any other weight tensor (attention, gradcheck perturbations
-    through ``.data``, which no version counter sees) is permuted per call, an E-element gather.
+    The graph's own ``edge_weight`` is permuted once and cached on the graph under ``("kernels", "permuted",
+    fmt)``, rebuilt when the weights are replaced or changed in place (``Graph.cached(weighted=True)``; the fused
+    graph-processing stage pre-fills it); any other weight tensor (attention, gradcheck perturbations through
+    ``.data``, which no version counter sees) and an inference tensor (which has none) is permuted per call, an
+    E-element gather.
     """
     if w is None:
         return None
-    if w is not graph.edge_weight or w.is_inference():  # an inference tensor has no version counter
+    if w is not graph.edge_weight or w.is_inference():
         return w.detach().index_select(0, _perm(graph, fmt)).contiguous()
-    slot = graph.cached(("kernels", "permuted", fmt), dict)
-    ref = slot.get("ref")
-    if ref is not None and ref() is w and slot.get("version") == w._version:
-        return slot["value"]
-    value = w.detach().index_select(0, _perm(graph, fmt)).contiguous()
-    slot.update(ref=weakref.ref(w), version=w._version, value=value)
-    return value
+    return graph.cached(("kernels", "permuted", fmt), lambda: w.detach().index_select(0, _perm(graph, fmt)).contiguous(),
+                        weighted=True)
 
 
 def _gas_degree(graph: Graph) -> Tensor:

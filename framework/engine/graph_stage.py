@@ -8,21 +8,17 @@ nothing).
 
 from __future__ import annotations
 
-import weakref
-
 from torch import Tensor
 
 from graphfuse.graph import CSC, CSR, Graph, Stage, register_stage
 from graphfuse.kernels import graph_processing, runtime
 
 
-def _seed_permuted(graph: Graph, weight: Tensor, fmt: str, value: Tensor) -> None:
-    """Pre-fill the engine's cache of ``weight`` permuted to ``fmt`` order (see ``autograd._permuted``; not for an
-    inference tensor, which has no version counter)."""
-    if weight.is_inference():
-        return
-    slot = graph.cached(("kernels", "permuted", fmt), dict)
-    slot.update(ref=weakref.ref(weight), version=weight._version, value=value)
+def _seed_permuted(graph: Graph, fmt: str, value: Tensor) -> None:
+    """Pre-fill the engine's cache of ``graph.edge_weight`` permuted to ``fmt`` order (see
+    ``autograd._permuted``; not for an inference tensor, which has no version counter)."""
+    if not graph.edge_weight.is_inference():
+        graph.cached(("kernels", "permuted", fmt), lambda: value, weighted=True)
 
 
 def run(graph: Graph, self_loops: bool, fill_value: float, norm: str) -> Graph:
@@ -32,19 +28,18 @@ def run(graph: Graph, self_loops: bool, fill_value: float, norm: str) -> Graph:
                                  None if weight is None else weight.contiguous(),  # e.g. a column of edge_attr
                                  self_loops=self_loops, fill_value=fill_value, norm=norm)
     if not self_loops and norm == "none":
-        out, values = graph, weight  # formats of the graph itself; its weights stay the COO-order values
+        out = graph  # formats of the graph itself; its weights stay the COO-order values
     else:
         out = Graph(p.edge_index, edge_weight=p.values, num_src=graph.num_src, num_dst=graph.num_dst,
                     validate=False)
-        values = p.values
     out.cached("csr", lambda: CSR(p.rowptr, p.col, p.csr_perm, p.row))
     out.cached("csc", lambda: CSC(p.colptr, p.csc_row, p.csc_perm, p.csc_col))
     out.cached("csr_to_csc", lambda: p.csr_to_csc)
     out.cached(("kernels", "index32", "csr"), lambda: p.col32)
     out.cached(("kernels", "index32", "csc"), lambda: p.row32)
-    if values is not None and p.csr_values is not None:
-        _seed_permuted(out, values, "csr", p.csr_values)
-        _seed_permuted(out, values, "csc", p.csc_values)
+    if out.edge_weight is not None and p.csr_values is not None:
+        _seed_permuted(out, "csr", p.csr_values)
+        _seed_permuted(out, "csc", p.csc_values)
     return out
 
 

@@ -121,6 +121,7 @@ class Graph:
         self.num_edges: int = edge_index.size(1)
         self.device: torch.device = edge_index.device
         self._cache: dict[Any, Any] = {}
+        self._weight_stamps: dict[Any, tuple[Tensor | None, int | None]] = {}  # see cached(weighted=True)
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -137,16 +138,31 @@ class Graph:
         return self.num_dst
 
     # ------------------------------------------------------------------ cache
-    def cached(self, key: Any, build: Callable[[], Any]) -> Any:
+    def cached(self, key: Any, build: Callable[[], Any], *, weighted: bool = False) -> Any:
         """Return ``self``'s cached value for ``key``, building it with ``build()`` on first use.
 
         The build runs outside ``torch.inference_mode()``: a format or processed graph first built during an
         inference pass is also used by later training, which cannot save inference tensors for backward.
+        ``weighted``: the value depends on ``edge_weight``'s values, and is rebuilt when ``edge_weight`` was
+        replaced (or set or removed) or changed in place since (its version counter; an inference tensor has
+        none, so its in-place changes are not seen).
         """
+        if weighted:
+            stamp = self._weight_stamp()
+            old = self._weight_stamps.get(key)
+            if old is not None and (old[0] is not stamp[0] or old[1] != stamp[1]):
+                self._cache.pop(key, None)
+            self._weight_stamps[key] = stamp
         if key not in self._cache:
             with torch.inference_mode(False):
                 self._cache[key] = build()
         return self._cache[key]
+
+    def _weight_stamp(self) -> tuple[Tensor | None, int | None]:
+        """What a weighted cache entry was built from: the weight tensor itself (identity, not a copy) and its
+        version."""
+        w = self.edge_weight
+        return w, None if w is None or w.is_inference() else w._version
 
     @property
     def csr(self) -> CSR:
@@ -205,7 +221,13 @@ class Graph:
         )
         for key, value in self._cache.items():
             # formats (tensors, tuples of tensors such as CSR/CSC) and cached graphs move; device-bound objects
-            # (kernel plans, row schedules, dispatch choices) are rebuilt on the new device when needed
+            # (kernel plans, row schedules, dispatch choices) are rebuilt on the new device when needed; a weighted
+            # entry moves only while it is current (then with the moved weights as its stamp)
+            if key in self._weight_stamps:
+                old, now = self._weight_stamps[key], self._weight_stamp()
+                if old[0] is not now[0] or old[1] != now[1]:
+                    continue
+                moved._weight_stamps[key] = moved._weight_stamp()
             if isinstance(value, tuple) and all(isinstance(v, Tensor) for v in value):
                 moved._cache[key] = type(value)(*(v.to(device, non_blocking=non_blocking) for v in value))
             elif isinstance(value, (Tensor, Graph)):

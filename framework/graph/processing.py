@@ -18,7 +18,6 @@ Shapes:
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -97,22 +96,11 @@ def _cached(op: str, graph: Graph, backend: str | None, key: tuple, build: Calla
     would keep stale weights and a freed autograd graph). ``graph`` and ``backend`` are checked first: a cache hit
     would skip the checks of ``build``.
 
-    The result is rebuilt when ``graph.edge_weight`` was replaced or changed in place since it was built (a stamp
-    of the weight tensor and its version counter is kept beside it), as the engine's permuted weights are; a
-    result without a stamp (moved along by ``Graph.to`` with its weights) is taken as current."""
+    The result is rebuilt when ``graph.edge_weight`` was replaced, set, removed or changed in place since it was
+    built (``Graph.cached(weighted=True)``), as the engine's permuted weights are."""
     _check_graph(op, graph)
     _check_backend(op, backend)
-    if _learned(graph):
-        return build()
-    weight = graph.edge_weight
-    if weight is None:
-        return graph.cached(key, build)
-    stamp = (weakref.ref(weight), None if weight.is_inference() else weight._version)
-    seen = graph._cache.get((key, "weights"))
-    if seen is not None and (seen[0]() is not weight or seen[1] != stamp[1]):
-        graph._cache.pop(key, None)
-    graph._cache[(key, "weights")] = stamp
-    return graph.cached(key, build)
+    return build() if _learned(graph) else graph.cached(key, build, weighted=True)
 
 
 def _check_graph(op: str, graph: object) -> None:

@@ -34,9 +34,9 @@ def test_weights_created_in_inference_mode_are_permuted_per_call():
     with torch.inference_mode():
         g = _graph(weighted=True)
         first = autograd._permuted(g, g.edge_weight, "csr")  # raised: no version counter to key the cache on
-        graph_stage._seed_permuted(g, g.edge_weight, "csc", g.edge_weight)  # skipped, not cached
+        graph_stage._seed_permuted(g, "csc", g.edge_weight)  # skipped, not cached
     assert torch.equal(first, g.edge_weight.index_select(0, g.csr.perm))
-    assert "ref" not in g.cached(("kernels", "permuted", "csc"), dict)
+    assert g.cached(("kernels", "permuted", "csc"), lambda: None) is None
 
 
 def test_a_graph_moved_in_inference_mode_serves_training():

@@ -230,3 +230,34 @@ def test_duplicate_self_loops_keep_the_last_weight_and_its_gradient():
     torch.autograd.gradcheck(lambda v: add_remaining_self_loops(Graph(ei, num_nodes=3, edge_weight=v)).edge_weight,
                              (w,))
     torch.autograd.gradcheck(lambda v: gcn_norm(Graph(ei, num_nodes=3, edge_weight=v)).edge_weight, (w,))
+
+
+def test_weighted_cache_entries_follow_the_weights_and_pickle():
+    """Graph.cached(weighted=True): rebuilt after edge_weight is replaced, set, removed or changed in place;
+    moved by Graph.to only while current; picklable (the engine's permuted weights kept a weakref that was not)."""
+    import pickle
+
+    from graphfuse.engine import autograd
+
+    g = make_graph_case("hub")
+    builds = []
+
+    def build():
+        builds.append(1)
+        return None if g.edge_weight is None else g.edge_weight * 2
+
+    assert g.cached("w2", build, weighted=True) is None and g.cached("w2", build, weighted=True) is None
+    g.edge_weight = torch.rand(g.num_edges)
+    first = g.cached("w2", build, weighted=True)
+    assert torch.equal(first, g.edge_weight * 2) and g.cached("w2", build, weighted=True) is first
+    g.edge_weight.add_(1)
+    assert torch.equal(g.cached("w2", build, weighted=True), g.edge_weight * 2) and len(builds) == 3
+    assert "w2" in g.to("meta")._cache
+    g.edge_weight.add_(1)
+    assert "w2" not in g.to("meta")._cache  # stale: left behind
+    permuted = autograd._permuted(g, g.edge_weight, "csr")
+    assert autograd._permuted(g, g.edge_weight, "csr") is permuted
+    g.edge_weight.mul_(3)
+    assert torch.equal(autograd._permuted(g, g.edge_weight, "csr"), g.edge_weight[g.csr.perm])
+    again = pickle.loads(pickle.dumps(g))
+    assert torch.equal(autograd._permuted(again, again.edge_weight, "csr"), g.edge_weight[g.csr.perm])

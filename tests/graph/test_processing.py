@@ -3,6 +3,7 @@ launcher validation (without a GPU). tests/kernels/test_compile.py compiles the 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from graph.processing_cases import ALL_CASES, SQUARE_CASES, processing_graph
@@ -118,10 +119,29 @@ def test_processed_graph_follows_edge_weight_changes(change, process):
     again = build(g)
     assert again is not first and build(g) is again
     assert_same_graph(again, build(Graph(g.edge_index, num_nodes=g.num_nodes, edge_weight=g.edge_weight.clone())))
-    moved = g.to("meta")  # moved along with its weights: taken as current, not rebuilt
     key = {"process_gcn": ("gcn_norm", True, False), "process_gat": ("add_remaining_self_loops", 1.0),
            "process_mean": ("mean_norm",)}[process]
+    moved = g.to("meta")  # moved along with its weights while current: not rebuilt
     assert build(moved) is moved.cached(key, lambda: None) is not None
+    g.edge_weight.add_(1)  # changed after the build, before another process call: not moved along
+    assert key not in g.to("meta")._cache
+    import pickle  # the stamps pickle (a weakref did not)
+    again = pickle.loads(pickle.dumps(g))
+    assert_same_graph(build(again), build(g))
+
+
+@pytest.mark.parametrize("process", ["process_gcn", "process_gat", "process_mean"])
+def test_processed_graph_follows_weights_being_set_or_removed(process):
+    """Without weights the cache kept no stamp: setting edge_weight later kept the unweighted result."""
+    g = processing_graph("isolated", False)
+    build = getattr(processing, process)
+    plain = build(g)
+    g.edge_weight = torch.rand(g.num_edges)
+    weighted = build(g)
+    assert weighted is not plain
+    assert_same_graph(weighted, build(Graph(g.edge_index, num_nodes=g.num_nodes, edge_weight=g.edge_weight)))
+    g.edge_weight = None
+    assert_same_graph(build(g), build(Graph(g.edge_index, num_nodes=g.num_nodes)))
 
 def test_processed_graph_moves_between_devices():
     g = processing_graph("isolated", True)
@@ -260,6 +280,7 @@ def _csr_cpu(n=4):
         (dict(dropout=1.0), ValueError, r"gat_softmax: dropout must lie in \[0, 1\)"),
         (dict(seed=2**63), ValueError, r"gat_softmax: seed must be an int in \[-2\*\*63, 2\*\*63\)"),
         (dict(seed=1.5), ValueError, "gat_softmax: seed must be an int"),
+        (dict(seed=np.int64(2**63 - 1), dropout=0.5), ValueError, "rowptr must be a CUDA tensor"),  # NumPy: taken
         (dict(), ValueError, "gat_softmax: rowptr must be a CUDA tensor; got a tensor on cpu"),
     ],
 )

@@ -134,4 +134,4 @@ def test_python_dash_m_runs_the_cli():
 @pytest.mark.parametrize("item", ["sampler.num_neighbors[0]=3", "sampler.num_neighbors.0=3"])
 def test_one_list_element_override_exits_2(capsys, item):
     """omegaconf's TypeError ('Cannot merge incompatible container types') came out as a traceback, exit 1."""
-    _fails_cleanly(capsys, ["sampler=neighbor", item], "set a list whole", "num_neighbors=[15,10,5]")
+    _fails_cleanly(capsys, ["sampler=neighbor", item], "a list is set whole", "num_neighbors=[15,10,5]")

@@ -72,6 +72,10 @@ def test_resuming_a_run_that_stopped_early_with_its_patience_is_refused(tiny, tm
     with pytest.raises(ConfigError, match="stopped early .* it has nothing to continue"):
         train(load_config([*stall, "trainer.patience=1", "trainer.resume=true"]), verbose=False)
     assert (tmp_path / "run" / "metrics.json").read_bytes() == metrics
+    # a run whose own (larger) patience had not run out did not stop: resumed with less, it goes on, then stops
+    train(load_config([*stall, "trainer.patience=10", "trainer.max_epochs=4"]), verbose=False)
+    resumed = train(load_config([*stall, "trainer.patience=2", "trainer.resume=true"]), verbose=False)
+    assert resumed["epochs_this_run"] == 1 and resumed["stopped_early"]
 
 
 def test_a_fresh_run_removes_only_checkpoints_from_the_checkpoints_folder(tiny, tmp_path):

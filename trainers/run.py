@@ -352,9 +352,11 @@ def train(cfg: DictConfig, *, verbose: bool = True) -> dict[str, Any]:
     last = _RunCheckpoint(dirpath=str(ckpt_dir), filename="last", save_top_k=1, save_on_train_epoch_end=True,
                           enable_version_counter=False)
     callbacks: list[Callback] = [checkpoint, last]
-    stopper = _EarlyStopping(monitor=MONITOR, mode="max", patience=cfg.trainer.patience or 1)
-    if cfg.trainer.patience:
-        callbacks.append(stopper)
+    # registered with patience 0 too, as one that never stops: its state then loads on resume whatever either
+    # run's patience (Lightning warns about a checkpoint's callback that is missing), and counts carry over
+    stopper = _EarlyStopping(monitor=MONITOR, mode="max", patience=cfg.trainer.patience or cfg.trainer.max_epochs + 1,
+                             check_finite=bool(cfg.trainer.patience))
+    callbacks.append(stopper)
     use_bar = verbose and cfg.trainer.progress_bar and sys.stdout.isatty()
     if use_bar:
         callbacks.append(RichProgressBar())

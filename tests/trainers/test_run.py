@@ -375,3 +375,18 @@ def test_resume_with_another_seed_is_refused(tiny, tmp_path):
         train(load_config([*tiny, "trainer.max_epochs=2", "trainer.resume=true", "seed=1"]), verbose=False)
     assert train(load_config([*tiny, "trainer.max_epochs=2", "trainer.resume=true", "seed=0"]),
                  verbose=False)["epochs_this_run"] == 1
+
+
+def test_resume_without_early_stopping_loads_quietly(tiny, tmp_path):
+    """A run with early stopping resumed without it made Lightning warn that a checkpoint's callback was missing,
+    although the README lets trainer settings change on resume; both ways round now load without it."""
+    import warnings
+
+    train(load_config([*tiny, "trainer.max_epochs=2", "trainer.patience=5"]), verbose=False)
+    for patience, epochs in ((0, 3), (5, 4)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            metrics = train(load_config([*tiny, f"trainer.max_epochs={epochs}", f"trainer.patience={patience}",
+                                         "trainer.resume=true"]), verbose=False)
+        assert metrics["epochs_this_run"] == 1 and not metrics["stopped_early"]
+        assert not [w for w in caught if "callbacks used to create the checkpoint" in str(w.message)]

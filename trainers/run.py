@@ -179,6 +179,18 @@ def _cli_value(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
 
 
+def changed_settings(section: str, old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """The keys of config ``section`` whose values differ between a run and its resume, apart from those a resume
+    may change (:data:`RESUME_FREE`, and ``data.options.download``, which allows a download, not other data)."""
+    def value(settings: dict[str, Any], key: str) -> Any:
+        v = settings.get(key)
+        if (section, key) == ("data", "options") and isinstance(v, dict):
+            return {k: x for k, x in v.items() if k != "download"}
+        return v
+
+    return sorted(k for k in {*old, *new} if (section, k) not in RESUME_FREE and value(old, k) != value(new, k))
+
+
 def _resume_state(cfg: DictConfig, ckpt_dir: Path, resolved: dict[str, Any]) -> dict[str, Any] | None:
     """The content of the checkpoint to resume from (``trainer.resume``), checked; None for a fresh run.
     Touches nothing: a refused resume leaves the run directory as it was."""
@@ -213,7 +225,7 @@ def _resume_state(cfg: DictConfig, ckpt_dir: Path, resolved: dict[str, Any]) -> 
         )
     for section in ("data", "model"):  # what the weights were trained for; optim, trainer, sampler may change
         old, new = before.get(section, {}), resolved[section]
-        changed = sorted(k for k in {*old, *new} if (section, k) not in RESUME_FREE and old.get(k) != new.get(k))
+        changed = changed_settings(section, old, new)
         if old and changed:
             values = ", ".join(f"{section}.{k}={_cli_value(old.get(k))} (this run: {_cli_value(new.get(k))})"
                                for k in changed)

@@ -390,3 +390,13 @@ def test_resume_without_early_stopping_loads_quietly(tiny, tmp_path):
                                          "trainer.resume=true"]), verbose=False)
         assert metrics["epochs_this_run"] == 1 and not metrics["stopped_early"]
         assert not [w for w in caught if "callbacks used to create the checkpoint" in str(w.message)]
+
+
+def test_resume_may_change_whether_a_dataset_may_download():
+    """data.options.download=false alone refused a Facebook resume, although it changes no data."""
+    from graphfuse.trainers.run import changed_settings
+
+    assert changed_settings("data", {"name": "facebook", "options": {}},
+                            {"name": "facebook", "options": {"download": False}}) == []
+    assert changed_settings("data", {"options": {"num_nodes": 10}}, {"options": {"num_nodes": 20}}) == ["options"]
+    assert changed_settings("model", {"hidden": 8, "dropout": 0.5}, {"hidden": 16, "dropout": 0.1}) == ["hidden"]

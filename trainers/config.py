@@ -15,7 +15,11 @@ Only trainers/ sees this config; trainers/build.py turns each section into plain
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
+import re
+import typing
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -231,6 +235,34 @@ def _merge(cfg: DictConfig, other: Any, source: str) -> DictConfig:
                           ) from None
 
 
+def _field_type(key: str) -> Any:
+    """The schema type of the dotted ``key`` (``model.hidden`` → int), or None where the schema has none."""
+    cls: Any = Config
+    parts = key.split(".")
+    for depth, part in enumerate(parts):
+        hints = typing.get_type_hints(cls) if dataclasses.is_dataclass(cls) else {}
+        if part not in hints:
+            return None
+        if depth == len(parts) - 1:
+            return hints[part]
+        cls = hints[part]
+    return None
+
+
+def _yaml12(item: str) -> str:
+    """A ``key=value`` override read as written, not as YAML 1.1 would: a string field's value stays a string
+    (``output_dir=010``, ``logger.name=yes``), and an integer with a leading zero (octal) or colons (base 60) is
+    refused (``seed=010`` was 8, ``model.hidden=1:30`` 90)."""
+    key, _, value = item.partition("=")
+    kind = _field_type(key.lstrip("+"))
+    if kind in (str, str | None) and value not in ("null", "~", "") and value[:1] not in ("'", '"'):
+        return f"{key}={json.dumps(value)}"
+    if kind in (int, int | None) and re.fullmatch(r"[+-]?(0[0-9_]+|[0-9_]+(:[0-9_]+)+)", value):
+        raise ConfigError(f"bad override '{item}': {key} takes a plain integer; YAML 1.1 would read {value!r} as "
+                          f"{yaml.safe_load(value)!r} (a leading zero is octal, colons are base 60).")
+    return item
+
+
 def _load_yaml(path: Path, what: str) -> DictConfig:
     try:
         loaded = OmegaConf.load(path)
@@ -401,6 +433,7 @@ def load_config(overrides: Iterable[str] = ()) -> DictConfig:
                 f"bad override '{item}': '{key}' is a section, not a value; set its keys as {key}.<key>=value "
                 f"with <key> one of: {', '.join(_schema_keys(key))}."
             )
+    dotlist = [_yaml12(item) for item in dotlist]
     try:
         cli = OmegaConf.from_dotlist(dotlist)
     except OmegaConfBaseException as error:

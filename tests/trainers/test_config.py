@@ -214,3 +214,17 @@ def test_settings_the_chosen_model_or_sampler_does_not_read_are_warned_about(cap
     assert "s does not use sampler.budget=10; it is ignored" in warnings_of(
         ["sampler=saint_rw", "model=saint", "model.aggr=sum", "sampler.budget=10"])
     assert "sampler.batch_size=64" in warnings_of(["experiment=gcn_cora", "sampler.batch_size=64"])
+
+
+def test_overrides_are_read_as_written_not_as_yaml_1_1():
+    """omegaconf parses overrides as YAML 1.1: seed=010 was 8, model.hidden=1:30 was 90, output_dir=010 wrote
+    to ./8 and logger.name=yes was 'True'."""
+    from graphfuse.trainers.config import ConfigError
+
+    cfg = load_config(["output_dir=010", "logger.name=yes", "trainer.precision=32", "output_dir=runs/${seed}/a"])
+    assert cfg.output_dir == "runs/0/a" and cfg.logger.name == "yes" and cfg.trainer.precision == "32"
+    assert load_config(["output_dir=010"]).output_dir == "010" and load_config(["output_dir=null"]).output_dir is None
+    for item, read in (("seed=010", "8"), ("model.hidden=1:30", "90"), ("trainer.max_epochs=0_10", "8")):
+        with pytest.raises(ConfigError, match=f"takes a plain integer; YAML 1.1 would read .* as {read}"):
+            load_config([item])
+    assert load_config(["seed=10", "model.hidden=1_000"]).model.hidden == 1000

@@ -53,11 +53,11 @@ def check_sampling(op: str, width: object, strategy: object, seed: object) -> No
     """Raise ValueError naming ``width`` (an int in [1, MAX_WIDTH]), ``strategy`` (a key of ``STRATEGY_CODES``)
     or ``seed`` (an int in [0, 2**63)) of ``op``: the sampling settings, checked alike by :func:`es_spmm` and
     ``graphfuse.EdgeSampling``."""
-    if isinstance(width, bool) or not isinstance(width, int) or not 1 <= width <= MAX_WIDTH:
+    if not rt.is_int(width) or not 1 <= width <= MAX_WIDTH:
         raise ValueError(f"{op}: width must be an int in [1, {MAX_WIDTH}]; got {width!r}")
     if strategy not in STRATEGY_CODES:
         raise ValueError(f"{op}: strategy must be one of {list(STRATEGY_CODES)}; got {strategy!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+    if not rt.is_int(seed) or not 0 <= seed < 2**63:
         raise ValueError(f"{op}: seed must be an int in [0, 2**63); got {seed!r}")
 
 

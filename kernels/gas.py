@@ -74,8 +74,9 @@ def gas_forward(
     """
     op = "gas_forward"
     rt.check_tensor(op, "x", x, dtypes=rt.FLOAT_DTYPES, ndim=2)
-    if isinstance(num_dst, bool) or not isinstance(num_dst, int) or num_dst < 0:
+    if not rt.is_int(num_dst) or num_dst < 0:
         raise ValueError(f"{op}: num_dst must be a non-negative int; got {num_dst!r}")
+    num_dst = int(num_dst)
     num_self = num_dst if (self_loops or self_weight is not None) else 0
     if num_self > x.size(0):
         raise ValueError(f"{op}: self loops need x with at least num_dst={num_dst} rows; got {x.size(0)}")
@@ -121,8 +122,9 @@ def gas_backward(
     rt.check_tensor(op, "grad", grad, dtypes=rt.FLOAT_DTYPES, ndim=2)
     if not (need_dx or need_dw):
         raise ValueError(f"{op}: ask for at least one of need_dx, need_dw")
-    if isinstance(num_src, bool) or not isinstance(num_src, int) or num_src < 0:
+    if not rt.is_int(num_src) or num_src < 0:
         raise ValueError(f"{op}: num_src must be a non-negative int; got {num_src!r}")
+    num_src = int(num_src)
     k = grad.size(1)
     num_self = grad.size(0) if (self_loops or self_weight is not None) else 0
     if num_self > num_src:

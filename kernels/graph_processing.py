@@ -74,9 +74,9 @@ class Processed(NamedTuple):
 
 
 def _count_arg(op: str, name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if not rt.is_int(value) or value < 0:
         raise ValueError(f"{op}: {name} must be a non-negative int; got {value!r}")
-    return value
+    return int(value)
 
 
 class _Workspace:

@@ -45,12 +45,12 @@ def sort_by_key(keys: Tensor, bound: int, carry: Sequence[Tensor] = (), *, iota:
         raise ValueError(f"{op}: 1 to 3 payloads (carry plus iota); got {payloads}")
     for i, t in enumerate(carry):
         rt.check_tensor(op, f"carry[{i}]", t, dtypes=(keys.dtype,), ndim=1, shape=(n,), shape_text=f"(n={n},)")
-    if isinstance(bound, bool) or not isinstance(bound, int) or not 0 < bound <= INT32_LIMIT:
+    if not rt.is_int(bound) or not 0 < bound <= INT32_LIMIT:
         raise ValueError(f"{op}: bound must be an int in [1, 2^31 - 1]; got {bound!r}")
     if n > INT32_LIMIT:
         raise ValueError(f"{op}: at most 2^31 - 1 entries (int32 positions); got {n}")
     device = rt.check_devices(op, {"keys": keys, **{f"carry[{i}]": t for i, t in enumerate(carry)}})
-    bits = max(1, (bound - 1).bit_length())
+    bits = max(1, (int(bound) - 1).bit_length())
     passes = max(-(-bits // MAX_DIGIT_BITS), 2 if last else 1)
     digit = -(-bits // passes)
     bins = 1 << digit

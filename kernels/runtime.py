@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import numbers
 import re
 import struct
 import threading
@@ -151,6 +152,12 @@ def _pack(args: Sequence[int | float]) -> int:
         fmt = "".join("d" if isinstance(a, float) else "q" for a in args)
         struct.pack_into(fmt, _args.values, 0, *args)
     return _args.address
+
+
+def is_int(value: object) -> bool:
+    """Whether ``value`` is an integer (a NumPy one too), not a bool: the launchers' test of a count, width or
+    seed (``graphfuse.checks.is_int`` is the framework's twin; kernels/ imports nothing of the package)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def ptr(t: Tensor | None) -> int:
@@ -402,7 +409,7 @@ def permutation_rule(name: str, perm: Tensor) -> tuple[str, Tensor]:
 
 def check_heads(op: str, k: int, heads: int) -> int:
     """Validate ``heads`` against the feature width ``k``; returns C = k // heads."""
-    if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1:
+    if not is_int(heads) or heads < 1:
         raise ValueError(f"{op}: heads must be a positive int; got {heads!r}")
     if k % heads:
         raise ValueError(f"{op}: the feature width K={k} must be divisible by heads={heads}")

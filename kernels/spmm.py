@@ -62,8 +62,9 @@ def row_schedule(rowptr: Tensor, segment: int = DEFAULT_SEGMENT, split_above: in
     if rowptr.numel() < 1:
         raise ValueError(f"row_schedule: rowptr must have at least one element (R + 1); got shape {tuple(rowptr.shape)}")
     for name, value, low in (("segment", segment, 1), ("split_above", split_above, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value < 1 << 62:
+        if not rt.is_int(value) or not low <= value < 1 << 62:
             raise ValueError(f"row_schedule: {name} must be an int in [{low}, 2**62); got {value!r}")
+    segment, split_above = int(segment), int(split_above)
     device = rt.check_devices("row_schedule", {"rowptr": rowptr})
     rows = rowptr.numel() - 1
     if rows == 0:

@@ -11,6 +11,7 @@ import graphfuse
 from cases import make_graph_case
 from graphfuse.graph import coo_to_csc, coo_to_csr
 from graphfuse.graph.reorder import cluster_labels
+from graphfuse.kernels import es_spmm, gas, radix_sort, spmm
 from graphfuse.nn import GCN
 from graphfuse.samplers import (
     NeighborLoader,
@@ -109,3 +110,26 @@ def test_stored_values_are_python_ints(graph, tmp_path):
 def test_bools_and_floats_are_still_refused(call, graph):
     with pytest.raises(ValueError, match="must be"):
         call(graph)
+
+
+def test_edge_sampling_takes_numpy_widths_and_seeds(graph):
+    sampling = graphfuse.EdgeSampling(np.int64(2), "random", seed=np.uint16(3))
+    assert sampling == graphfuse.EdgeSampling(2, "random", seed=3) and type(sampling.width) is int
+    x = torch.randn(graph.num_src, 4)
+    with torch.no_grad():
+        assert torch.equal(graphfuse.aggregate(graph, x, sampling=sampling),
+                           graphfuse.aggregate(graph, x, sampling=graphfuse.EdgeSampling(2, "random", seed=3)))
+
+
+@pytest.mark.parametrize("call", [
+    lambda: spmm.row_schedule(torch.tensor([0, 2]), np.int64(32)),
+    lambda: gas.gas_forward(torch.zeros(2, dtype=torch.long), torch.zeros(2, dtype=torch.long), torch.zeros(3, 4),
+                            num_dst=np.int32(3)),
+    lambda: radix_sort.sort_by_key(torch.zeros(3, dtype=torch.int32), np.int64(5)),
+    lambda: es_spmm.es_spmm(torch.tensor([0, 1]), torch.zeros(1, dtype=torch.int32), torch.zeros(1, 4),
+                            width=np.int64(4), strategy="random", seed=np.int64(1)),
+])
+def test_kernel_launchers_take_numpy_sizes(call):
+    """Their checks refused NumPy integers ("must be an int"); now validation gets as far as the device."""
+    with pytest.raises(ValueError, match="must be a CUDA tensor"):
+        call()

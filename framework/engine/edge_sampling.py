@@ -52,6 +52,8 @@ class EdgeSampling:
 
     def __post_init__(self) -> None:
         es_kernels.check_sampling("EdgeSampling", self.width, self.strategy, self.seed)
+        object.__setattr__(self, "width", int(self.width))  # a NumPy integer passes the check
+        object.__setattr__(self, "seed", int(self.seed))
 
 
 _current: contextvars.ContextVar[EdgeSampling | None] = contextvars.ContextVar("sampling", default=None)

@@ -12,7 +12,6 @@ Shapes:
 from __future__ import annotations
 
 import functools
-import numbers
 
 import torch
 from torch import Tensor
@@ -27,7 +26,7 @@ MAX_GRID = 1 << 20
 def _check_dropout(op: str, dropout: float, seed: int) -> None:
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"{op}: dropout must lie in [0, 1); got {dropout}")
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not -2**63 <= seed < 2**63:
+    if not rt.is_int(seed) or not -2**63 <= seed < 2**63:
         raise ValueError(f"{op}: seed must be an int in [-2**63, 2**63) (a 64-bit kernel argument); got {seed!r}")
 
 

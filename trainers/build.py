@@ -91,8 +91,8 @@ def warn_ignored(section: str, cfg: DictConfig, used: set[str], schema: type, wh
     defaults = OmegaConf.structured(schema)
     ignored = sorted(k for k in cfg if k not in used and cfg[k] != defaults[k])
     if ignored:
-        log.warning("%s does not use %s; %s ignored", what,
-                    ", ".join(f"{section}.{k}={OmegaConf.to_container(cfg)[k]}" for k in ignored),
+        values = OmegaConf.to_container(cfg)
+        log.warning("%s does not use %s; %s ignored", what, ", ".join(f"{section}.{k}={values[k]}" for k in ignored),
                     "it is" if len(ignored) == 1 else "they are")
 
 

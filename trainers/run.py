@@ -242,10 +242,11 @@ def _resume_state(cfg: DictConfig, ckpt_dir: Path, resolved: dict[str, Any]) -> 
         )
     stopper = next((state for key, state in saved.get("callbacks", {}).items() if key.startswith("EarlyStopping")),
                    {})
-    waited = stopper.get("wait_count", 0)  # the run stopped (its own patience ran out) and would stop again
-    if cfg.trainer.patience and waited >= stopper.get("patience", cfg.trainer.patience) and waited >= cfg.trainer.patience:
+    waited = stopper.get("wait_count", 0)
+    stopped = waited >= stopper.get("patience", cfg.trainer.patience)  # that run's own patience ran out
+    if cfg.trainer.patience and stopped and waited >= cfg.trainer.patience:  # and this one's would stop it again
         raise ConfigError(  # Lightning would run one more epoch (and more, were it better) past the stop
-            f"trainer.resume=true: the run in {last} stopped early ({stopper['wait_count']} validation checks "
+            f"trainer.resume=true: the run in {last} stopped early ({waited} validation checks "
             f"without a better {MONITOR}, trainer.patience={cfg.trainer.patience}); it has nothing to continue. "
             "Raise trainer.patience (or set it to 0) to train it further, or start a fresh run."
         )

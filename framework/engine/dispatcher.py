@@ -156,9 +156,8 @@ def _choose(op: str, device: torch.device, backend: str | None, deterministic: b
                     and candidate.is_available()
                     and (candidate.supports is None or candidate.supports(op, **call))
                 ):
-                    if strict or not deterministic:
-                        return candidate
-                    _warn_nondeterministic(op, candidate.name, device)
+                    if deterministic and not strict:
+                        _warn_nondeterministic(op, candidate.name, device)
                     return candidate
             if not warn_only:
                 break
@@ -173,13 +172,13 @@ def _choose(op: str, device: torch.device, backend: str | None, deterministic: b
         raise ValueError(
             f"{op}: backend {name!r} runs on {sorted(chosen.devices)} tensors; got tensors on {device.type}"
         )
-    if deterministic and not _deterministic(chosen, device) and warn_only:
+    if deterministic and not _deterministic(chosen, device):
+        if not warn_only:
+            raise ValueError(
+                f"{op}: backend {name!r} is not deterministic on {device.type} (it uses atomics there), but "
+                "deterministic results were asked for"
+            )
         _warn_nondeterministic(op, name, device)
-    elif deterministic and not _deterministic(chosen, device):
-        raise ValueError(
-            f"{op}: backend {name!r} is not deterministic on {device.type} (it uses atomics there), but "
-            "deterministic results were asked for"
-        )
     if not chosen.is_available():
         raise RuntimeError(
             f"{op}: backend {name!r} is not available here (install graphfuse[cuda12] or graphfuse[cuda13] "

@@ -81,7 +81,8 @@ def ptr_to_index(ptr: Tensor) -> Tensor:
                          f"{getattr(ptr, 'dtype', type(ptr).__name__)} {tuple(getattr(ptr, 'shape', ()))}")
     if ptr.numel() > 1 and int((ptr[1:] - ptr[:-1]).min()) < 0:
         raise ValueError("ptr_to_index: ptr must be non-decreasing")
-    return _ptr_to_index(ptr)
+    counts = ptr[1:] - ptr[:-1]
+    return torch.repeat_interleave(torch.arange(counts.numel(), device=ptr.device), counts)
 
 
 # The unchecked cores: Graph builds its formats with these, from an edge_index it has validated already (or was
@@ -98,8 +99,3 @@ def _coo_to_csc(edge_index: Tensor, num_src: int, num_dst: int = 1 << 31) -> tup
     keys, order = _sort_ids(src[by_target], num_src)
     perm = by_target[order]
     return sorted_to_ptr(keys, num_src), dst[perm], perm, keys
-
-
-def _ptr_to_index(ptr: Tensor) -> Tensor:
-    counts = ptr[1:] - ptr[:-1]
-    return torch.repeat_interleave(torch.arange(counts.numel(), device=ptr.device), counts)

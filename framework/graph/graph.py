@@ -148,11 +148,9 @@ class Graph:
         none, so its in-place changes are not seen).
         """
         if weighted:
-            stamp = self._weight_stamp()
-            old = self._weight_stamps.get(key)
-            if old is not None and (old[0] is not stamp[0] or old[1] != stamp[1]):
+            if not self._stamp_current(key):
                 self._cache.pop(key, None)
-            self._weight_stamps[key] = stamp
+            self._weight_stamps[key] = self._weight_stamp()
         if key not in self._cache:
             with torch.inference_mode(False):
                 self._cache[key] = build()
@@ -163,6 +161,12 @@ class Graph:
         version."""
         w = self.edge_weight
         return w, None if w is None or w.is_inference() else w._version
+
+    def _stamp_current(self, key: Any) -> bool:
+        """Whether the weighted entry ``key`` (if stamped) was built from the weights the graph holds now."""
+        old = self._weight_stamps.get(key)
+        now = self._weight_stamp()
+        return old is None or (old[0] is now[0] and old[1] == now[1])
 
     @property
     def csr(self) -> CSR:
@@ -224,8 +228,7 @@ class Graph:
             # (kernel plans, row schedules, dispatch choices) are rebuilt on the new device when needed; a weighted
             # entry moves only while it is current (then with the moved weights as its stamp)
             if key in self._weight_stamps:
-                old, now = self._weight_stamps[key], self._weight_stamp()
-                if old[0] is not now[0] or old[1] != now[1]:
+                if not self._stamp_current(key):
                     continue
                 moved._weight_stamps[key] = moved._weight_stamp()
             if isinstance(value, tuple) and all(isinstance(v, Tensor) for v in value):

@@ -5,6 +5,7 @@
 #
 #   scripts/gpu_check.sh [full|quick]     (run from the repository root; carry .whl and .benchdata)
 #   STEPS="tests memcheck spmm sddmm samplers graph" scripts/gpu_check.sh quick    (a subset; default: all)
+#   STEPS=counters scripts/gpu_check.sh     (not in the default: the SpMM kernels' hardware counters under ncu)
 #
 # One-time setup on the development machine (both folders are git-ignored through .git/info/exclude):
 #   echo /.whl/ >> .git/info/exclude && mkdir -p .whl && cp ../shared/wheels/py312/*.whl .whl/
@@ -38,6 +39,7 @@ python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >"$OUT/
 STEPS=" ${STEPS:-tests memcheck spmm sddmm samplers graph} "
 step() { [[ "$STEPS" == *" $1 "* ]]; }
 TEST_RC=skipped MEMCHECK_RC=skipped BENCH_RC=skipped SDDMM_RC=skipped SAMPLERS_RC=skipped GRAPH_RC=skipped
+COUNTERS_RC=skipped
 MAXFAIL=$([ "$MODE" = quick ] && echo 10 || echo 50)
 # The whole GPU suite (3,373 tests) took 417-455 s on an H100: with the device tool's 600 s per call, run the steps
 # in separate calls (STEPS=tests, STEPS=memcheck, STEPS=spmm, then the rest). The memcheck subset (428 tests) took
@@ -97,15 +99,26 @@ if step graph; then
     --out "$OUT/graph_processing.json" --md "$OUT/graph_processing.md" ${QUICK:+--quick}
   GRAPH_RC=$?
 fi
+if step counters; then  # ncu reads the counters of every profiled call; the report sums them per call
+  timeout "${COUNTERS_TIMEOUT:-500}" ncu --clock-control none --profile-from-start off --csv \
+    --metrics "$(python3 scripts/profile_spmm_counters.py --metrics)" python3 scripts/profile_spmm_counters.py \
+    --run --data .benchdata --manifest "$OUT/spmm_counters_calls.json" >"$OUT/spmm_counters.csv" \
+    2>"$OUT/spmm_counters.log" &&
+    python3 scripts/profile_spmm_counters.py --report "$OUT/spmm_counters.csv" \
+      --manifest "$OUT/spmm_counters_calls.json" --out "$OUT/spmm_counters.json" >>"$OUT/spmm_counters.log" 2>&1
+  COUNTERS_RC=$?
+  tail -n 4 "$OUT/spmm_counters.log"
+fi
 
 {
 echo "== gpu_check ($MODE) on $(head -2 "$OUT/device.txt" | tail -1)"
 echo "pytest -m gpu rc=$TEST_RC: $(tail -n 1 "$OUT/gpu_tests.log" 2>/dev/null)"
 echo "memcheck rc=$MEMCHECK_RC: $(grep -E 'ERROR SUMMARY|passed|failed' "$OUT/memcheck.log" 2>/dev/null | tail -n 2 | tr '\n' ' ')"
-echo "bench rc=$BENCH_RC sddmm rc=$SDDMM_RC samplers rc=$SAMPLERS_RC graph rc=$GRAPH_RC"
+echo "bench rc=$BENCH_RC sddmm rc=$SDDMM_RC samplers rc=$SAMPLERS_RC graph rc=$GRAPH_RC counters rc=$COUNTERS_RC"
 [ -f "$OUT/spmm.md" ] && sed -n '/## Summary/,$p' "$OUT/spmm.md"
 [ -f "$OUT/sddmm.md" ] && sed -n "/## Summary/,\$p" "$OUT/sddmm.md"
 [ -f "$OUT/samplers.md" ] && grep -E '^\| (rmat|facebook)' "$OUT/samplers.md"
 [ -f "$OUT/graph_processing.md" ] && sed -n '/## Acceptance/,$p' "$OUT/graph_processing.md"
+[ -f "$OUT/spmm_counters.md" ] && grep '^| ' "$OUT/spmm_counters.md"
 } 2>&1 | tee "$OUT/summary.txt"
 cp "$OUT"/* "$FINAL_OUT"/ 2>/dev/null || true

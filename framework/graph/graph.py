@@ -49,6 +49,14 @@ def _check_index(edge_index: Any) -> Tensor:
     return edge_index.long().contiguous()
 
 
+def _movable(value: Any) -> bool:
+    """Whether a cached value is a format or a processed graph (a tensor, a tuple of tensors such as CSR/CSC, or a
+    Graph), which :meth:`Graph.to` moves and pickling keeps, rather than a device-bound object."""
+    if isinstance(value, tuple):
+        return all(isinstance(v, Tensor) for v in value)
+    return isinstance(value, (Tensor, Graph))
+
+
 def _check_range(name: str, index: Tensor, bound: int) -> None:
     if index.numel() == 0:
         return
@@ -100,28 +108,37 @@ class Graph:
         if validate:
             _check_range("source (edge_index[0])", edge_index[0], num_src)
             _check_range("target (edge_index[1])", edge_index[1], num_dst)
-        if edge_weight is not None:
-            if not isinstance(edge_weight, Tensor) or not edge_weight.is_floating_point():
-                raise TypeError(
-                    "Graph: edge_weight must be a floating-point torch.Tensor; got "
-                    f"{getattr(edge_weight, 'dtype', type(edge_weight).__name__)}"
-                )
-            if edge_weight.shape != (edge_index.size(1),):
-                raise ValueError(
-                    f"Graph: edge_weight must have shape (E={edge_index.size(1)},); got {tuple(edge_weight.shape)}"
-                )
-            if edge_weight.device != edge_index.device:
-                raise ValueError(
-                    f"Graph: edge_weight is on {edge_weight.device} but edge_index is on {edge_index.device}"
-                )
         self.edge_index = edge_index
-        self.edge_weight = edge_weight
         self.num_src = num_src
         self.num_dst = num_dst
         self.num_edges: int = edge_index.size(1)
         self.device: torch.device = edge_index.device
         self._cache: dict[Any, Any] = {}
         self._weight_stamps: dict[Any, tuple[Tensor | None, int | None]] = {}  # see cached(weighted=True)
+        self.edge_weight = edge_weight  # checked by the setter
+
+    @property
+    def edge_weight(self) -> Tensor | None:
+        """(E,) floating-point weights on the graph's device, or None (every edge weighs 1). May be set (or set to
+        None), with the constructor's checks; what was cached from the old weights is rebuilt (see
+        :meth:`cached`)."""
+        return self._edge_weight
+
+    @edge_weight.setter
+    def edge_weight(self, edge_weight: Tensor | None) -> None:
+        if edge_weight is not None:
+            if not isinstance(edge_weight, Tensor) or not edge_weight.is_floating_point():
+                raise TypeError(
+                    "Graph: edge_weight must be a floating-point torch.Tensor; got "
+                    f"{getattr(edge_weight, 'dtype', type(edge_weight).__name__)}"
+                )
+            if edge_weight.shape != (self.num_edges,):
+                raise ValueError(
+                    f"Graph: edge_weight must have shape (E={self.num_edges},); got {tuple(edge_weight.shape)}"
+                )
+            if edge_weight.device != self.device:
+                raise ValueError(f"Graph: edge_weight is on {edge_weight.device} but edge_index is on {self.device}")
+        self._edge_weight = edge_weight
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -144,8 +161,9 @@ class Graph:
         The build runs outside ``torch.inference_mode()``: a format or processed graph first built during an
         inference pass is also used by later training, which cannot save inference tensors for backward.
         ``weighted``: the value depends on ``edge_weight``'s values, and is rebuilt when ``edge_weight`` was
-        replaced (or set or removed) or changed in place since (its version counter; an inference tensor has
-        none, so its in-place changes are not seen).
+        replaced (or set or removed) or changed in place since (its version counter). Changes that counter does
+        not see go unseen: in-place changes of an inference tensor (it has none) and writes through ``.data`` or
+        a NumPy view (``.numpy()``); replace the weights, or change them with tensor operations, instead.
         """
         if weighted:
             if not self._stamp_current(key):
@@ -231,11 +249,27 @@ class Graph:
                 if not self._stamp_current(key):
                     continue
                 moved._weight_stamps[key] = moved._weight_stamp()
-            if isinstance(value, tuple) and all(isinstance(v, Tensor) for v in value):
+            if isinstance(value, tuple) and _movable(value):
                 moved._cache[key] = type(value)(*(v.to(device, non_blocking=non_blocking) for v in value))
-            elif isinstance(value, (Tensor, Graph)):
+            elif _movable(value):
                 moved._cache[key] = value.to(device, non_blocking=non_blocking)
         return moved
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickling (and ``copy.deepcopy``) keeps the cached entries that :meth:`to` would move, not device-bound
+        objects (kernel plans, row schedules, the engine's dispatch memo: state of this process), and a weighted
+        entry only while it is current: a loaded tensor's version counter starts afresh, so the kept entries are
+        stamped again on load."""
+        state = self.__dict__.copy()
+        state["_cache"] = {key: value for key, value in self._cache.items()
+                           if _movable(value) and self._stamp_current(key)}
+        state["_weight_stamps"] = [key for key in self._weight_stamps if key in state["_cache"]]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        weighted = state.pop("_weight_stamps")
+        self.__dict__.update(state)
+        self._weight_stamps = {key: self._weight_stamp() for key in weighted}
 
     @classmethod
     def from_pyg(cls, data: Any) -> "Graph":

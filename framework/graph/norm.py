@@ -55,8 +55,9 @@ def gcn_norm(graph: Graph, *, add_self_loops: bool = True, improved: bool = Fals
 
     Args:
         graph: square graph, weighted or not.
-        add_self_loops: add one self-loop per node (weight 1, or 2 when ``improved``) first.
-        improved: self-loop weight 2 (``A + 2I``).
+        add_self_loops: first give every node one self-loop (:func:`add_remaining_self_loops`: a node that had
+            one keeps its weight, 1 when unweighted; the others get 1, or 2 when ``improved``).
+        improved: fill value 2 for the added self-loops (``A + 2I`` on a graph without self-loops).
 
     Returns:
         A new graph whose ``edge_weight`` is ``deg^-1/2[src] · w · deg^-1/2[dst]`` (0 for zero degrees).

@@ -94,12 +94,13 @@ def _learned(graph: Graph) -> bool:
 def _cached(op: str, graph: Graph, backend: str | None, key: tuple, build: Callable[[], Graph]) -> Graph:
     """``graph.cached(key, build)``, or a fresh ``build()`` when the edge weights are learned (a cached result
     would keep stale weights and a freed autograd graph). ``graph`` and ``backend`` are checked first: a cache hit
-    would skip the checks of ``build``.
+    would skip the checks of ``build`` (an explicit ``"fused"`` that cannot run here is refused also when an
+    earlier call cached the reference's result).
 
     The result is rebuilt when ``graph.edge_weight`` was replaced, set, removed or changed in place since it was
     built (``Graph.cached(weighted=True)``), as the engine's permuted weights are."""
     _check_graph(op, graph)
-    _check_backend(op, backend)
+    _fused(op, graph, backend)
     return build() if _learned(graph) else graph.cached(key, build, weighted=True)
 
 

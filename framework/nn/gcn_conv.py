@@ -26,9 +26,13 @@ class GCNConv(nn.Module):
     Args:
         in_channels: input width F.
         out_channels: output width.
-        add_self_loops: use ``A + I`` (existing self-loops are replaced by one per node).
-        improved: use ``A + 2I``, on weighted and unweighted graphs alike (PyG 2.8 applies it only to weighted
-            graphs: for an ``edge_index`` without weights it keeps ``A + I``).
+        add_self_loops: use ``A + I`` (existing self-loops are replaced by one per node; PyG's
+            ``add_remaining_self_loops``: a node that already had a self-loop keeps that loop's weight, 1 on an
+            unweighted graph, and only the others get the fill value).
+        improved: fill value 2 instead of 1 (``A + 2I`` on a graph without self-loops), on weighted and
+            unweighted graphs alike (PyG 2.8 applies it only to weighted graphs: for an ``edge_index`` without
+            weights it keeps ``A + I``). A node that already had a self-loop keeps it as it was, weight 1 when
+            unweighted, as in PyG's weighted case.
         bias: add a learnable bias.
         backend: engine backend for the aggregation (None: the default, see :func:`graphfuse.use_backend`).
 

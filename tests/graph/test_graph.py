@@ -13,6 +13,7 @@ from graphfuse.graph import (
     coo_to_csr,
     gcn_norm,
     mean_norm,
+    process_gcn,
     ptr_to_index,
     to_dense,
 )
@@ -141,8 +142,9 @@ def test_gcn_norm_matches_pyg(weighted, improved):
     assert torch.allclose(to_dense(g), to_dense(Graph(ref_ei, num_nodes=45, edge_weight=ref_w)))
 
 
-def test_gcn_norm_improved_unweighted_is_a_plus_2i():
-    # PyG 2.8 drops improved=True on unweighted graphs (its loops get weight 1); the formula wants A + 2I.
+def test_gcn_norm_improved_unweighted_fills_2_where_there_is_no_loop():
+    # PyG 2.8 drops improved=True on unweighted graphs (its loops get weight 1); ours fills 2 there too, and a
+    # node that had a self-loop keeps it with weight 1 (add_remaining_self_loops), as PyG's weighted case does.
     ei = torch.tensor([[0, 1, 1, 1], [0, 0, 1, 2]])
     dense = to_dense(gcn_norm(Graph(ei, num_nodes=3), improved=True))
     a_hat = to_dense(Graph(ei, num_nodes=3)) + torch.diag(torch.tensor([0.0, 0.0, 2.0], dtype=torch.float64))
@@ -230,6 +232,68 @@ def test_duplicate_self_loops_keep_the_last_weight_and_its_gradient():
     torch.autograd.gradcheck(lambda v: add_remaining_self_loops(Graph(ei, num_nodes=3, edge_weight=v)).edge_weight,
                              (w,))
     torch.autograd.gradcheck(lambda v: gcn_norm(Graph(ei, num_nodes=3, edge_weight=v)).edge_weight, (w,))
+
+
+@pytest.mark.parametrize("copy_graph", ["pickle", "deepcopy"])
+@pytest.mark.parametrize("stale_before_copy", [True, False])
+def test_a_copied_graph_never_serves_a_stale_processed_graph(copy_graph, stale_before_copy):
+    """A pickled tensor's version counter starts afresh, so a stamp copied along compared equal by chance: an entry
+    already stale at the copy, or one current then and changed once after it, was served (found by review)."""
+    import copy
+    import pickle
+
+    copy_of = {"pickle": lambda h: pickle.loads(pickle.dumps(h)), "deepcopy": copy.deepcopy}[copy_graph]
+    g = Graph(torch.tensor([[0, 1, 2, 2], [1, 2, 0, 0]]), num_nodes=3, edge_weight=torch.tensor([1.0, 2, 3, 4]))
+    for _ in range(1 if stale_before_copy else 2):  # the versions at which a loaded copy's counter (1) met the stamp
+        g.edge_weight.add_(0)
+    process_gcn(g)
+    if stale_before_copy:
+        g.edge_weight.mul_(10)
+    h = copy_of(g)
+    if not stale_before_copy:
+        assert ("gcn_norm", True, False) in h._cache  # current at the copy: kept
+        h.edge_weight.mul_(10)
+    torch.testing.assert_close(process_gcn(h).edge_weight, gcn_norm(h).edge_weight)
+
+
+def test_a_pickled_graph_leaves_its_dispatch_memo_and_plans_behind():
+    """The engine's per-graph memo holds this process's backend choices (closures, registry generations): a
+    graph with one could not be pickled when a backend's op was a local function (found by review)."""
+    import pickle
+
+    from graphfuse.engine import dispatcher
+
+    def make_op():
+        def op(graph, x, edge_weight, reduce):
+            return aggregate(graph, x, edge_weight, reduce, backend="reference")
+        return op
+
+    dispatcher.register_backend(dispatcher.Backend("local_test", {"aggregate": make_op()}, frozenset({"cpu"})))
+    try:
+        g = make_graph_case("hub")
+        aggregate(g, torch.rand(g.num_src, 3), backend="local_test")
+        g.csr  # noqa: B018 - a format, which is kept
+        assert "dispatch" in g._cache
+        again = pickle.loads(pickle.dumps(g))
+    finally:
+        dispatcher.unregister_backend("local_test")
+    assert "dispatch" not in again._cache and "csr" in again._cache
+
+
+def test_setting_edge_weight_is_checked():
+    """edge_weight may be set (the caches follow); it was not checked, so a (1,) tensor was broadcast to every
+    edge and integer or (E, 2) weights were taken (found by review)."""
+    g = make_graph_case("hub")
+    for bad, error, match in [(torch.ones(1), ValueError, r"shape \(E=\d+,\)"),
+                              (torch.ones(g.num_edges, 2), ValueError, "shape"),
+                              (torch.ones(g.num_edges, dtype=torch.long), TypeError, "floating-point"),
+                              ([1.0] * g.num_edges, TypeError, "floating-point"),
+                              (torch.ones(g.num_edges, device="meta"), ValueError, "is on meta")]:
+        with pytest.raises(error, match=match):
+            g.edge_weight = bad
+        assert g.edge_weight is None
+    g.edge_weight = w = torch.rand(g.num_edges)
+    assert g.edge_weight is w
 
 
 def test_weighted_cache_entries_follow_the_weights_and_pickle():

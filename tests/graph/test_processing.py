@@ -333,3 +333,14 @@ def test_gat_launchers_refuse_index_values_out_of_range(monkeypatch):
     with pytest.raises(ValueError, match=r"gat_softmax_backward: row32 must hold values in \[0, 4\)"):
         gat_attention.softmax_backward(rowptr, col32, perm, rowptr, far, perm, torch.zeros(6, 2), None, perm,
                                        a, a, a, a)
+
+
+@pytest.mark.parametrize("process", ["process_gcn", "process_gat", "process_mean"])
+def test_explicit_fused_is_refused_also_after_a_cached_reference_build(process):
+    """The cache key leaves out the backend: backend='fused' where no fused stage runs (CPU) was refused on a
+    fresh graph but served the reference's cached result after a reference build (found by review)."""
+    g = processing_graph("isolated", True)
+    build = getattr(processing, process)
+    build(g, backend="reference")
+    with pytest.raises(ValueError, match="no fused graph-processing stage runs on cpu"):
+        build(g, backend="fused")

@@ -73,7 +73,8 @@ def _pyg_args(conv: str, graph: graphfuse.Graph) -> tuple:
 
     PyG 2.8's ``GCNConv(improved=True)`` ignores ``improved`` when called without edge weights (its
     ``add_remaining_self_loops`` then returns no weights and ``gcn_norm`` falls back to ones), so improved GCN
-    gets explicit unit weights: that is the ``A + 2I`` of the definition, which ours computes either way.
+    gets explicit unit weights: fill value 2 where a node has no self-loop, an existing loop kept with weight 1,
+    which ours computes either way (GCNConv's docstring).
     """
     if conv.startswith("gcn_improved") and graph.edge_weight is None:
         return graph.edge_index, torch.ones(graph.num_edges)

@@ -55,7 +55,7 @@ def check_sampling(op: str, width: object, strategy: object, seed: object) -> No
     ``graphfuse.EdgeSampling``."""
     if not rt.is_int(width) or not 1 <= width <= MAX_WIDTH:
         raise ValueError(f"{op}: width must be an int in [1, {MAX_WIDTH}]; got {width!r}")
-    if strategy not in STRATEGY_CODES:
+    if not isinstance(strategy, str) or strategy not in STRATEGY_CODES:  # a list was unhashable: a bare TypeError
         raise ValueError(f"{op}: strategy must be one of {list(STRATEGY_CODES)}; got {strategy!r}")
     if not rt.is_int(seed) or not 0 <= seed < 2**63:
         raise ValueError(f"{op}: seed must be an int in [0, 2**63); got {seed!r}")

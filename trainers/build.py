@@ -36,21 +36,25 @@ from graphfuse.trainers.sampled import NEIGHBOR_LOADER_ARGS, SAINT_LOADER_ARGS, 
 
 
 class PygConv(nn.Module):
-    """Adapter calling a PyG conv as ``conv(x, graph)`` with ``graph.edge_index``.
+    """Adapter calling a PyG conv as ``conv(x, graph)`` with ``graph.edge_index``, and ``graph.edge_weight`` for a
+    ``weighted`` conv (GCNConv: the weights graphfuse's GCNConv reads; GATConv ignores them, in both libraries).
 
     Shapes:
         x: (N, F_in); graph: Graph of N nodes; out: (N, F_out).
     """
 
-    def __init__(self, conv: nn.Module) -> None:
+    def __init__(self, conv: nn.Module, weighted: bool = False) -> None:
         super().__init__()
         self.conv = conv
+        self.weighted = weighted
         self.in_channels = conv.in_channels
 
     def reset_parameters(self) -> None:
         self.conv.reset_parameters()
 
     def forward(self, x: Tensor, graph: Graph) -> Tensor:
+        if self.weighted and graph.edge_weight is not None:
+            return self.conv(x, graph.edge_index, graph.edge_weight)
         return self.conv(x, graph.edge_index)
 
 
@@ -60,7 +64,7 @@ def pyg_conv(name: str) -> Callable[..., nn.Module]:
     def build(*args: Any, **kwargs: Any) -> nn.Module:
         import torch_geometric.nn
 
-        return PygConv(getattr(torch_geometric.nn, name)(*args, **kwargs))
+        return PygConv(getattr(torch_geometric.nn, name)(*args, **kwargs), weighted=name == "GCNConv")
 
     return staticmethod(build)
 

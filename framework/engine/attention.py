@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from graphfuse.checks import check_bools, is_finite_real
 from graphfuse.engine import dispatcher
 from graphfuse.engine.autograd import _index32, gespmm_plan, run
 from graphfuse.engine.edge_sampling import use_sampling
@@ -184,7 +185,11 @@ class FusedGatAggregate(torch.autograd.Function):
 
 
 # ------------------------------------------------------------------------------------------ public ops
-def _check(op: str, graph: Any, alpha_src: Any, alpha_dst: Any, dropout: float) -> int:
+def _check(op: str, graph: Any, alpha_src: Any, alpha_dst: Any, negative_slope: float, dropout: float,
+           training: bool) -> int:
+    if not is_finite_real(negative_slope):
+        raise ValueError(f"{op}: negative_slope must be a finite real number; got {negative_slope!r}")
+    check_bools(op, training=training)
     if not isinstance(graph, Graph):
         raise TypeError(f"{op}: graph must be a graphfuse.Graph; got {type(graph).__name__}")
     for name, t, rows, rows_name in (("alpha_src", alpha_src, graph.num_src, "num_src"),
@@ -244,7 +249,8 @@ def gat_scores(h: Tensor, att_src: Tensor, att_dst: Tensor, *, backend: str | No
         raise TypeError(f"gat_scores: h must be a floating-point (N, H, C) torch.Tensor; got "
                         f"{getattr(h, 'dtype', type(h).__name__)} {tuple(getattr(h, 'shape', ()))}")
     for name, att in (("att_src", att_src), ("att_dst", att_dst)):
-        if not isinstance(att, Tensor) or att.shape[-2:] != h.shape[1:] or att.numel() != h.size(1) * h.size(2):
+        if not isinstance(att, Tensor) or att.dim() not in (2, 3) or att.shape[-2:] != h.shape[1:] or (
+                att.numel() != h.size(1) * h.size(2)):
             raise ValueError(f"gat_scores: {name} must have shape (H, C) or (1, H, C) = {tuple(h.shape[1:])}; got "
                              f"{tuple(getattr(att, 'shape', ()))}")
         if att.dtype != h.dtype or att.device != h.device:
@@ -281,7 +287,7 @@ def gat_attention(
     Returns:
         (E, H) coefficients in COO edge order; each target's in-edges sum to 1 per head before dropout.
     """
-    _check("gat_attention", graph, alpha_src, alpha_dst, dropout)
+    _check("gat_attention", graph, alpha_src, alpha_dst, negative_slope, dropout, training)
     if not _use_fused("gat_attention", graph.device, alpha_src.dtype, backend):
         return reference_gat_attention(graph, alpha_src, alpha_dst, negative_slope, dropout, training,
                                        None if backend in (None, FUSED) else backend)
@@ -311,7 +317,7 @@ def gat_aggregate(
     Returns:
         (num_dst, H, C) aggregated features.
     """
-    heads = _check("gat_aggregate", graph, alpha_src, alpha_dst, dropout)
+    heads = _check("gat_aggregate", graph, alpha_src, alpha_dst, negative_slope, dropout, training)
     if not isinstance(h, Tensor) or not h.is_floating_point():
         raise TypeError(f"gat_aggregate: h must be a floating-point torch.Tensor; got "
                         f"{getattr(h, 'dtype', type(h).__name__)}")

@@ -7,7 +7,7 @@ import numbers
 import torch
 from torch import Tensor, nn
 
-from graphfuse.checks import check_bools
+from graphfuse.checks import check_bools, is_finite_real
 from graphfuse.engine import gat_aggregate, gat_scores
 from graphfuse.graph import Graph, process_gat
 from graphfuse.nn.inits import glorot_
@@ -28,8 +28,8 @@ class GATConv(nn.Module):
     The two attention terms are per-node products ``(x W) · a`` (an N × 2H computation);
     :func:`graphfuse.engine.gat_aggregate` turns them into per-edge coefficients (LeakyReLU, edge softmax,
     attention dropout) and takes the per-head weighted sum of the (N, H, C) features — fused CUDA kernels on
-    GPU, :func:`graphfuse.edge_softmax` + :func:`graphfuse.aggregate` elsewhere — so no (E, H, C) message
-    tensor is built. Self-loops (one per node, existing ones replaced) are cached on the
+    GPU, which build no (E, H, C) message tensor; :func:`graphfuse.edge_softmax` + :func:`graphfuse.aggregate`
+    elsewhere, whose reference aggregation of per-head weights does build one, as PyG does. Self-loops (one per node, existing ones replaced) are cached on the
     :class:`~graphfuse.Graph` under ``("add_remaining_self_loops", 1.0)``. Edge weights of the graph are
     ignored, as in PyG. Matches ``torch_geometric.nn.GATConv`` (same parameter names and initialisation).
 
@@ -68,6 +68,8 @@ class GATConv(nn.Module):
         check_bools("GATConv", concat=concat, add_self_loops=add_self_loops, bias=bias)
         if isinstance(negative_slope, bool) or not isinstance(negative_slope, numbers.Real):
             raise TypeError(f"GATConv: negative_slope must be a real number; got {negative_slope!r}")
+        if not is_finite_real(negative_slope):
+            raise ValueError(f"GATConv: negative_slope must be finite; got {negative_slope!r}")
         self.in_channels = in_channels
         self.out_channels = out_channels
         self.heads = heads

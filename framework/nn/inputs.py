@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from graphfuse.checks import is_finite_real, is_int
@@ -43,11 +44,16 @@ def as_graph(owner: str, x: Tensor, graph: Any, *, square: bool = False) -> Grap
             or a bipartite block where ``square`` is required.
     """
     if isinstance(graph, Tensor):
+        if graph.layout != torch.strided:  # PyG's adj_t: its float values made a dtype error of Graph's
+            raise TypeError(f"{owner}: a sparse adjacency ({graph.layout}) is not supported; pass an edge_index "
+                            "tensor of shape (2, E) or a graphfuse.Graph (Graph.from_pyg, or edge_index and weights)")
         try:
             graph = Graph(graph, num_nodes=x.size(0))
         except ValueError as err:
             message = f"{owner}: edge_index does not fit x of shape {tuple(x.shape)}: {err}"
             raise ValueError(message) from err
+        except TypeError as err:
+            raise TypeError(f"{owner}: {err}") from err
     elif not isinstance(graph, Graph):
         raise TypeError(
             f"{owner}: graph must be a graphfuse.Graph or an edge_index tensor of shape (2, E); "

@@ -81,6 +81,9 @@ class GNN(nn.Module):
         if norm is not None and (not isinstance(norm, str) or norm not in NORMS):
             raise ValueError(f"{name}: norm must be None or one of {list(NORMS)}; got {norm!r}")
         check_rate(name, "dropout", dropout)
+        check_positive_ints(name, hidden_width=hidden_width)
+        if not convs:  # an empty stack failed at the first forward pass with an IndexError
+            raise ValueError(f"{name}: convs must hold at least one convolution; got {convs!r}")
         self.convs = nn.ModuleList(convs)
         self.norms = None if norm is None else nn.ModuleList(NORMS[norm](hidden_width) for _ in convs[:-1])
         self.dropout = float(dropout)

@@ -119,6 +119,7 @@ def test_hash_uniforms_are_deterministic_and_in_range():
 @pytest.mark.parametrize("kwargs, match", [
     ({"width": 0}, "width must be an int in"), ({"width": 513}, "width must be an int in"),
     ({"width": True}, "width must be an int in"), ({"strategy": "first"}, "strategy must be one of"),
+    ({"strategy": ["random"]}, "strategy must be one of"),  # unhashable: a bare TypeError before (review)
     ({"seed": -1}, "seed must be an int in"),
 ])
 def test_bad_settings(kwargs, match):

@@ -89,14 +89,23 @@ def test_gatconv_cpu_unchanged():
         (dict(a_dst=torch.zeros(60, 2, dtype=torch.int64)), TypeError, "alpha_dst must be a floating-point"),
         (dict(dropout=1.5), ValueError, r"dropout must lie in \[0, 1\)"),
         (dict(backend="fused"), ValueError, "backend 'fused' runs on cuda tensors; got tensors on cpu"),
+        # NaN gave NaN coefficients, a str failed inside leaky_relu, and a truthy str turned dropout on (review)
+        (dict(negative_slope=float("nan")), ValueError, "negative_slope must be a finite real number; got nan"),
+        (dict(negative_slope="0.2"), ValueError, "negative_slope must be a finite real number; got '0.2'"),
+        (dict(training="False"), TypeError, "training must be a bool; got 'False'"),
     ],
 )
-def test_attention_validation(change, error, match):
-    g, _, _, _ = attention_inputs("isolated", 2, 3, torch.float32)
-    args = dict(graph=g, a_src=torch.zeros(60, 2), a_dst=torch.zeros(60, 2), dropout=0.0, backend=None)
+@pytest.mark.parametrize("op", ["gat_attention", "gat_aggregate"])
+def test_attention_validation(change, error, match, op):
+    g, h, _, _ = attention_inputs("isolated", 2, 3, torch.float32)
+    args = dict(graph=g, a_src=torch.zeros(60, 2), a_dst=torch.zeros(60, 2), dropout=0.0, backend=None,
+                negative_slope=0.2, training=False)
     args.update(change)
-    with pytest.raises(error, match=match):
-        gat_attention(args["graph"], args["a_src"], args["a_dst"], dropout=args["dropout"], backend=args["backend"])
+    call = {"gat_attention": lambda *a, **k: gat_attention(*a, **k),
+            "gat_aggregate": lambda graph, *a, **k: gat_aggregate(graph, h, *a, **k)}[op]
+    with pytest.raises(error, match=match.replace("gat_attention", op)):
+        call(args["graph"], args["a_src"], args["a_dst"], dropout=args["dropout"], backend=args["backend"],
+             negative_slope=args["negative_slope"], training=args["training"])
 
 
 def test_numpy_dropout_rates_are_accepted():
@@ -129,6 +138,8 @@ def test_reference_scores_and_validation():
     torch.testing.assert_close(a_dst, torch.einsum("nhc,hc->nh", h, att_dst))
     with pytest.raises(ValueError, match=r"gat_scores: att_dst must have shape \(H, C\) or \(1, H, C\)"):
         gat_scores(h, att_src, torch.randn(3, 5, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"gat_scores: att_src must have shape .*; got \(1, 1, 3, 4\)"):
+        gat_scores(h, att_src[None], att_dst)  # passed, and gave (1, N, H) scores (review)
     with pytest.raises(ValueError, match="gat_scores: att_src must match h's dtype"):
         gat_scores(h, att_src.float(), att_dst)
     with pytest.raises(TypeError, match=r"gat_scores: h must be a floating-point \(N, H, C\)"):

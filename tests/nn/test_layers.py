@@ -361,6 +361,9 @@ def test_gat_negative_slope_must_be_a_number():
     for bad in ("0.2", True, None):
         with pytest.raises(TypeError, match=rf"GATConv: negative_slope must be a real number; got {bad!r}"):
             GATConv(IN, OUT, negative_slope=bad)
+    for bad in (float("nan"), float("inf")):  # accepted: every output NaN (review)
+        with pytest.raises(ValueError, match=rf"GATConv: negative_slope must be finite; got {bad!r}"):
+            GATConv(IN, OUT, negative_slope=bad)
 
 
 @pytest.mark.parametrize("cls", [GCNConv, SAGEConv, GATConv, GraphSAINTConv])

@@ -152,6 +152,29 @@ def test_bad_inputs_raise_naming_the_argument(name):
                 cls(**args, **extra)
 
 
+def test_the_layer_stack_checks_its_convs_and_width():
+    """An empty stack failed at the first forward pass with an IndexError (review)."""
+    from graphfuse.nn.models import GNN
+
+    with pytest.raises(ValueError, match=r"GNN: convs must hold at least one convolution; got \[\]"):
+        GNN([], 4)
+    with pytest.raises(ValueError, match="GNN: hidden_width must be an int >= 1; got 0"):
+        GNN([GCNConv(IN, OUT)], 0)
+
+
+def test_a_sparse_adjacency_gets_a_clear_error():
+    """PyG's adj_t (sparse, float values) got Graph's 'edge_index must have an integer dtype', without the layer's
+    name (review)."""
+    graph = make_graph_case("isolated")
+    x = torch.randn(graph.num_nodes, IN)
+    adj = torch.sparse_coo_tensor(graph.edge_index, torch.ones(graph.num_edges), (graph.num_nodes,) * 2)
+    for sparse in (adj, adj.to_sparse_csr()):
+        with pytest.raises(TypeError, match="GCNConv: a sparse adjacency .* is not supported"):
+            GCNConv(IN, OUT)(x, sparse)
+    with pytest.raises(TypeError, match="GCNConv: Graph: edge_index must have an integer dtype"):
+        GCNConv(IN, OUT)(x, graph.edge_index.float())
+
+
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_numpy_dropout_rates_are_accepted(name):
     """A NumPy float rate (e.g. from a sweep over np.linspace) was refused by the rate check, which took only

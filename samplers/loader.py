@@ -35,6 +35,7 @@ from graphfuse.samplers.saint import check_sampler
 from graphfuse.samplers.saint_norm import (
     NORMS,
     SaintNorm,
+    _check_train_mask,
     compute_saint_norm,
     presampling_seed,
     training_subgraph,
@@ -161,12 +162,14 @@ class SaintLoader:
             raise ValueError(f"SaintLoader: sample_coverage must be a finite number ≥ 0; got {sample_coverage!r}")
         if train_mask is None and isinstance(node_data, Mapping):
             train_mask = node_data.get("train_mask")
-        elif isinstance(train_mask, Tensor) and (node_data is None or isinstance(node_data, Mapping)):
-            given = (node_data or {}).get("train_mask")
-            if given is not None and given is not train_mask:
-                raise ValueError("SaintLoader: train_mask= and node_data['train_mask'] are different tensors; "
-                                 "give the mask once")
-            node_data = {**(node_data or {}), "train_mask": train_mask}  # batches carry it (it was dropped)
+        if train_mask is not None:  # in either norm: a NumPy mask was dropped, an int one indexed rows 0 and 1
+            _check_train_mask("SaintLoader", graph, train_mask)
+            if node_data is None or isinstance(node_data, Mapping):
+                given = (node_data or {}).get("train_mask")
+                if given is not None and given is not train_mask:
+                    raise ValueError("SaintLoader: train_mask= and node_data['train_mask'] are different tensors; "
+                                     "give the mask once")
+                node_data = {**(node_data or {}), "train_mask": train_mask}  # batches carry it (it was dropped)
         if norm == "paper" and train_mask is None:
             raise ValueError("SaintLoader: norm='paper' samples from the training graph and needs train_mask")
         if normalize_edges and not sample_coverage > 0:

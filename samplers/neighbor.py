@@ -72,7 +72,8 @@ def sample_neighbors(
     Args:
         graph: a square graph (its CSR by target is built and cached on first use).
         nodes: the nodes to expand (duplicates are expanded independently).
-        num_neighbors: −1 for all in-edges, else k ≥ 0.
+        num_neighbors: −1 for all in-edges, else k ≥ 0 (without replacement, a k of at least the graph's largest
+            in-degree takes all in-edges as −1 does, drawing nothing).
         replace: draw k in-edges uniformly with replacement instead of min(k, deg) distinct ones.
         generator: random generator on the graph's device.
 
@@ -98,6 +99,8 @@ def _hop(graph: Graph, nodes: Tensor, k: int, replace: bool, generator: torch.Ge
     rowptr, col, perm, _ = graph.csr
     start = rowptr[nodes]
     degree = graph.in_degree[nodes]
+    if k >= _max_in_degree(graph) and not replace:  # every in-edge, as -1 (Floyd's draws cost ~k² per row)
+        k = -1
     if k < 0:
         owner, pos = expand_ranges(start, degree)
         return SampledEdges(owner, col[pos], perm[pos])
@@ -115,6 +118,12 @@ def _hop(graph: Graph, nodes: Tensor, k: int, replace: bool, generator: torch.Ge
     owner = flat.div(k, rounding_mode="floor")
     pos = (start.unsqueeze(1) + offset).view(-1)[flat]
     return SampledEdges(owner, col[pos], perm[pos])
+
+
+def _max_in_degree(graph: Graph) -> int:
+    """The graph's largest in-degree (0 without edges), read once per graph."""
+    return graph.cached(("sampling", "max_in_degree"),
+                        lambda: int(graph.in_degree.max()) if graph.num_dst and graph.num_edges else 0)
 
 
 @dataclass(frozen=True)

@@ -257,6 +257,12 @@ def saint_norm_from_counts(
     if not is_int(num_samples) or num_samples < 1:
         raise ValueError(f"saint_norm_from_counts: num_samples must be an int ≥ 1 (the M of the formulas); got "
                          f"{num_samples!r}")
+    for name, counts in (("node_count", node_count), ("edge_count", edge_count)):  # else: silently meaningless norms
+        if counts.numel():
+            lo, hi = int(counts.min()), int(counts.max())
+            if lo < 0 or hi > num_samples:
+                raise ValueError(f"saint_norm_from_counts: {name} must lie in [0, num_samples={num_samples}] (a "
+                                 f"count of the M samples); got values in [{lo}, {hi}]")
     src, dst = graph.edge_index
     counts = node_count.to(torch.float64, copy=True)  # not the caller's tensor, even when it is float64
     endpoint = src if norm == "pyg" else dst

@@ -316,6 +316,20 @@ def test_explicit_train_mask_reaches_the_batches():
         SaintLoader(graph, SaintNodeSampler(5), train_mask=mask, node_data={"train_mask": mask.clone()})
 
 
+@pytest.mark.parametrize("source", ["train_mask=", "node_data"])
+def test_a_train_mask_of_the_wrong_kind_is_refused_in_pyg_mode_too(source):
+    """With norm='pyg' a NumPy or list mask was dropped (batches had no train_mask) and an int 0/1 mask was
+    carried as is, so out[batch.train_mask] picked rows 0 and 1 (review)."""
+    graph = make_graph_case("hub")
+    good = torch.zeros(graph.num_nodes, dtype=torch.bool)
+    for bad, error, match in ((good.numpy(), TypeError, "train_mask must be a torch.Tensor; got ndarray"),
+                              (good.tolist(), TypeError, "train_mask must be a torch.Tensor; got list"),
+                              (good.long(), ValueError, rf"train_mask must be a \({graph.num_nodes},\) bool tensor")):
+        kwargs = {"train_mask": bad} if source == "train_mask=" else {"node_data": {"train_mask": bad}}
+        with pytest.raises(error, match=f"SaintLoader: {match}"):
+            SaintLoader(graph, SaintNodeSampler(5), **kwargs)
+
+
 @pytest.mark.parametrize("name", ["batch", "n_id", "batch_size", "edge_index", "num_nodes", "to_pyg"])
 def test_node_data_names_taken_by_the_batch_are_refused(name):
     """They were shadowed: batch.<name> returned the Batch's own field, and to_pyg() overwrote the real one."""

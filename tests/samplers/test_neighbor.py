@@ -100,6 +100,23 @@ def test_fanout_beyond_degree_takes_all_distinct_neighbours():
     assert torch.equal(out.e_id, graph.csr.perm)
 
 
+def test_a_fanout_of_at_least_the_largest_degree_takes_everything_without_drawing():
+    """A PyG user's large fan-out meaning 'all' ran Floyd's k steps per row anyway (cost ~k², 6.8 s for k = 400
+    on a graph of in-degree ≤ 25, against 28 ms for -1; review): it is now the -1 path, which draws nothing."""
+    g = make_graph_case("hub")
+    nodes = torch.arange(g.num_nodes)
+    largest = int(g.in_degree.max())
+    everything = sample_neighbors(g, nodes, -1)
+    for k in (largest, 4 * largest):
+        gen = torch.Generator().manual_seed(0)
+        got = sample_neighbors(g, nodes, k, generator=gen)
+        assert all(torch.equal(a, b) for a, b in zip(got, everything))
+        assert torch.equal(gen.get_state(), torch.Generator().manual_seed(0).get_state())
+    gen = torch.Generator().manual_seed(0)
+    sample_neighbors(g, nodes, largest - 1, generator=gen)  # below it: drawn as before
+    assert not torch.equal(gen.get_state(), torch.Generator().manual_seed(0).get_state())
+
+
 def test_with_replacement_repeats_and_without_does_not():
     star = graphfuse.Graph(torch.tensor([[1, 2], [0, 0]]), num_nodes=3)
     gen = torch.Generator().manual_seed(0)

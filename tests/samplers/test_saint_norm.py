@@ -333,6 +333,12 @@ def test_train_masks_and_sample_counts_are_checked():
     for bad in (0, -5, 2.5, True):
         with pytest.raises(ValueError, match="saint_norm_from_counts: num_samples must be an int ≥ 1"):
             saint_norm_from_counts(graph, *counts, bad)
+    # counts that no M samples give (negative, or above M) made negative or meaningless norms (review)
+    for node_count, edge_count, name, got in ((counts[0] - 2, counts[1], "node_count", "[-1, -1]"),
+                                              (counts[0], counts[1] * 4, "edge_count", "[4, 4]")):
+        with pytest.raises(ValueError, match=rf"saint_norm_from_counts: {name} must lie in \[0, num_samples=3\] "
+                                             rf".*got values in \{got[:-1]}\]"):
+            saint_norm_from_counts(graph, node_count, edge_count, 3)
 
 
 def test_popcount_matches_python():

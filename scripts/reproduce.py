@@ -68,6 +68,12 @@ def _epoch_ms(r: dict[str, Any]) -> str:
     return f"{r['mean_epoch_time_s'] * 1e3:.1f}*"
 
 
+def _settings(r: dict[str, Any]) -> list[str]:
+    """A result's command-line overrides that change what was trained: not the PyG twin's model switch, nor
+    logging switches."""
+    return [o for o in r["overrides"] if not o.startswith(("model.name=", "logger."))]
+
+
 def markdown(results: dict[str, dict[str, Any]]) -> str:
     """The markdown table of ``results`` (accuracy.json's ``results``), with PyG twins side by side."""
     lines = [
@@ -81,18 +87,20 @@ def markdown(results: dict[str, dict[str, Any]]) -> str:
         "is Lightning's training loop with its logging, which on graphs this small costs both stacks most of the",
         "time; the model's own training step against PyG's is in docs/benchmarks/train_step.md.",
         "",
-        "| run | model | dataset | seeds | test acc (%) | Δ vs PyG (points) | val acc (%) | ms/epoch | device | date |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| run | model | dataset | seeds | test acc (%) | Δ vs PyG (points) | val acc (%) | ms/epoch | device | date "
+        "| overrides |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name in sorted(results):
         r = results[name]
         twin = results.get(f"{name}_pyg")
-        delta = f"{(r['mean'] - twin['mean']) * 100:+.2f}" if twin else ""
+        same = twin is not None and _settings(twin) == _settings(r)  # else Δ compared other hyper-parameters
+        delta = f"{(r['mean'] - twin['mean']) * 100:+.2f}" if same else ""
         lines.append(
             f"| {name} | {r['model']} | {r['dataset']} | {len(r['seeds'])} | "
             f"{r['mean'] * 100:.2f} ± {r['std'] * 100:.2f} | {delta} | "
             f"{statistics.fmean(r['val_acc']) * 100:.2f} | {_epoch_ms(r)} | {r['device']} | "
-            f"{r['date'][:10]} |"
+            f"{r['date'][:10]} | {' '.join(_settings(r))} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -337,9 +337,9 @@ def _validate_sampler(cfg: DictConfig) -> None:
                               "fan-outs, each >= 1 or -1 (all neighbours).")
     else:
         keys = ("num_steps", *SAINT_PARAMS[sampler.name])
-        if sampler.sample_coverage < 0:
+        if not (math.isfinite(sampler.sample_coverage) and sampler.sample_coverage >= 0):  # inf/nan: at fit
             raise ConfigError(f"invalid value for 'sampler.sample_coverage': {sampler.sample_coverage}; it must be "
-                              ">= 0 (0: no normalisation).")
+                              "a finite number >= 0 (0: no normalisation).")
         if sampler.aggr_norm and sampler.sample_coverage > 0 and not (cfg.model.name == "saint"
                                                                       and cfg.model.aggr == "sum"):
             raise ConfigError(

@@ -440,6 +440,10 @@ def _fit_and_test(cfg: DictConfig, trainer: pl.Trainer, checkpoint: ModelCheckpo
         out.mkdir(parents=True, exist_ok=True)
         run_ids = [_start_wandb(cfg, logger) for logger in _wandb_loggers(trainer)]  # before anything is cleared
         _clear_checkpoints(out / "checkpoints", saved)
+        replaced = [name for name in ("config.yaml", "metrics.json") if saved is None and (out / name).exists()]
+        if replaced:  # they went silently, also a folder's files that no run of ours wrote
+            log.warning("%s holds %s of an earlier run; replacing them (trainer.resume=true continues that run, "
+                        "another output_dir keeps it)", out, " and ".join(replaced))
         (out / "config.yaml").write_text(OmegaConf.to_yaml(resolved))
         (out / "metrics.json").unlink(missing_ok=True)
         if saved is None:  # a fresh run: an earlier run's wandb id must not be resumed later
@@ -467,7 +471,8 @@ def _fit_and_test(cfg: DictConfig, trainer: pl.Trainer, checkpoint: ModelCheckpo
 
     device = trainer.strategy.root_device
     module.to(device)
-    final = module.evaluate(datamodule.device_batch(device))
+    with trainer.precision_plugin.forward_context():  # as validation scored it: under bf16 autocast it differed
+        final = module.evaluate(datamodule.device_batch(device))
     best_path = checkpoint.best_model_path
     best_epoch = torch.load(best_path, map_location="cpu", weights_only=False)["epoch"]
     epoch_times = module.epoch_times

@@ -102,6 +102,9 @@ def test_unknown_top_level_key_lists_the_sections():
         (["output_dir=${nonexistent}"], "interpolation of 'output_dir': Interpolation key 'nonexistent' not found"),
         (["model.hidden=${data.name}"], "interpolation of 'model.hidden'"),
         (["data.root=${oc.env:GRAPHFUSE_NO_SUCH_VARIABLE}"], "interpolation of 'data.root'"),
+        # inf/nan passed and failed inside trainer.fit, after a fresh run had cleared the earlier one (review)
+        (["experiment=graphsaint_rw_facebook", "sampler.sample_coverage=inf"], "'sampler.sample_coverage': inf"),
+        (["experiment=graphsaint_rw_facebook", "sampler.sample_coverage=nan"], "'sampler.sample_coverage': nan"),
     ],
 )
 def test_bad_configs_raise_config_error(overrides, fragment):

@@ -42,6 +42,24 @@ def test_pyg_twins_follow_gcn_and_gat_experiments():
     assert len(reproduce.variants("gcn_cora", "gcn", pyg=False)) == 1
 
 
+def test_the_pyg_delta_compares_runs_of_the_same_settings_and_the_table_shows_them():
+    """A rerun with overrides (trainer.max_epochs=2) replaced an experiment's row and was compared with a PyG row
+    of other settings: Δ -61.74 points, the overrides nowhere in the table (review)."""
+    reproduce = _load_script()
+
+    def result(overrides, mean):
+        return {"overrides": overrides, "mean": mean, "std": 0.0, "model": "gcn", "dataset": "cora", "seeds": [0],
+                "val_acc": [mean], "median_epoch_time_s": 0.01, "device": "cpu", "date": "2026-11-25"}
+
+    results = {"gcn_cora": result(["logger.wandb=false", "trainer.max_epochs=2"], 0.2),
+               "gcn_cora_pyg": result(["logger.wandb=false", "model.name=pyg_gcn"], 0.8)}
+    row = next(line for line in reproduce.markdown(results).splitlines() if line.startswith("| gcn_cora |"))
+    assert row.startswith("| gcn_cora | gcn | cora | 1 | 20.00 ± 0.00 |  |") and row.endswith("| trainer.max_epochs=2 |")
+    results["gcn_cora_pyg"]["overrides"] = ["trainer.max_epochs=2", "model.name=pyg_gcn"]
+    row = next(line for line in reproduce.markdown(results).splitlines() if line.startswith("| gcn_cora |"))
+    assert "| 20.00 ± 0.00 | -60.00 |" in row
+
+
 def test_bad_arguments_fail_before_anything_trains(tmp_path, tiny_settings, capsys):
     import pytest
 

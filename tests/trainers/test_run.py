@@ -138,12 +138,38 @@ def test_fresh_run_over_old_checkpoints_removes_them(tiny, tmp_path, caplog):
     assert metrics["epochs_run"] == 1 and metrics["resumed_from"] is None
 
 
+def test_a_fresh_run_names_the_earlier_results_it_replaces(tiny, tmp_path, caplog):
+    """A fresh run replaced the folder's config.yaml and metrics.json (a user's own too) without a word; the
+    checkpoint warning named only the checkpoints (review)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.json").write_text("{}")
+    with caplog.at_level(logging.WARNING, logger="graphfuse.trainers.run"):
+        train(load_config([*tiny, "trainer.max_epochs=1"]), verbose=False)
+    assert f"{run} holds metrics.json of an earlier run; replacing them" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="graphfuse.trainers.run"):
+        train(load_config([*tiny, "trainer.max_epochs=2", "trainer.resume=true"]), verbose=False)
+    assert "replacing them" not in caplog.text  # a resumed run continues its own results
+
+
 def test_early_stopping_stops_when_val_acc_stalls(tiny):
     # lr=0 keeps the weights, so val/acc never improves after epoch 0: patience 1 stops after epoch 1.
     metrics = train(load_config([*tiny, "optim.lr=0", "trainer.patience=1", "trainer.max_epochs=50"]),
                     verbose=False)
     assert metrics["epochs_run"] == 2
     assert metrics["stopped_early"] and metrics["best_epoch"] == 0
+
+
+def test_final_metrics_are_scored_in_the_runs_precision(tiny):
+    """Under bf16-mixed the best checkpoint was re-scored in float32 for metrics.json: its val accuracy differed
+    from its own best_val_acc (review; gat_cora: 0.7460 against 0.7440)."""
+    metrics = train(load_config([*tiny, "model=gat", "model.hidden=4", "trainer.precision=bf16-mixed",
+                                 "trainer.max_epochs=6"]), verbose=False)
+    assert metrics["val"]["acc"] == metrics["best_val_acc"]
+    logged = list(csv.DictReader((Path(metrics["output_dir"]) / "logs/version_0/metrics.csv").open()))
+    at_best = [r for r in logged if r["val/loss"] and int(r["epoch"]) == metrics["best_epoch"]]
+    assert float(at_best[0]["val/loss"]) == pytest.approx(metrics["val"]["loss"], rel=1e-6)
 
 
 def test_datamodule_moves_the_batch_once_and_reuses_it():

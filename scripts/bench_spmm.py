@@ -162,6 +162,15 @@ def gcn_weights(ei: torch.Tensor, n: int) -> torch.Tensor:
     return deg[ei[0]].rsqrt() * deg[ei[1]].rsqrt()
 
 
+def gcn_operands(ei: torch.Tensor, n: int) -> tuple[torch.Tensor, graphfuse.Graph, torch.Tensor]:
+    """One graph's GCN-normalised weights ``w``, its :class:`graphfuse.Graph` (CSR built and cached) and cuSPARSE's
+    operand: a CSR tensor with int32 indices and ``w`` in CSR order (the warm contestants' inputs)."""
+    w = gcn_weights(ei, n)
+    g = graphfuse.Graph(ei, num_nodes=n, edge_weight=w)
+    csr = g.csr
+    return w, g, torch.sparse_csr_tensor(csr.rowptr.int(), csr.col.int(), w[csr.perm], size=(n, n))
+
+
 def sorted_csr(ei: torch.Tensor, w: torch.Tensor, n: int) -> torch.Tensor:
     """The cuSPARSE operand built from COO the PyTorch way: rows (targets) by a stable sort, bincount + cumsum
     pointers, int32 indices (as the warm operand), values gathered into CSR order."""
@@ -272,13 +281,10 @@ def reordered(g: graphfuse.Graph) -> tuple[graphfuse.Graph, torch.Tensor, float]
 
 def bench_graph(name: str, ei: torch.Tensor, n: int, ks: list[int], repeats: int, bw: float,
                 reorder: bool = False) -> dict:
-    w = gcn_weights(ei, n)
-    g = graphfuse.Graph(ei, num_nodes=n, edge_weight=w)
-    csr = g.csr
-    a = torch.sparse_csr_tensor(csr.rowptr.int(), csr.col.int(), w[csr.perm], size=(n, n))
+    w, g, a = gcn_operands(ei, n)
     nnz = ei.size(1)
     deg = g.in_degree
-    kept = kept_entries(csr, graphfuse.EdgeSampling(ES_WIDTH, "random"))[0].numel()
+    kept = kept_entries(g.csr, graphfuse.EdgeSampling(ES_WIDTH, "random"))[0].numel()
     record = {"name": name, "nodes": n, "nnz": nnz, "max_in_degree": int(deg.max()), "results": {},
               "es_kept_fraction": kept / max(nnz, 1),
               "eager_samples": repeats * (SMALL_FACTOR if nnz < SMALL_NNZ else 1)}
@@ -364,10 +370,8 @@ def overhead_report(data: Path | None) -> dict:
     from graphfuse.kernels import spmm as spmm_kernels
 
     ei, n = uniform_graph(2708, 5300, 9, "cuda")
-    w = gcn_weights(ei, n)
-    g = graphfuse.Graph(ei, num_nodes=n, edge_weight=w)
+    w, g, a = gcn_operands(ei, n)
     csr = g.csr
-    a = torch.sparse_csr_tensor(csr.rowptr.int(), csr.col.int(), w[csr.perm], size=(n, n))
     x = torch.randn(n, 64, device="cuda")
     col32, wv = csr.col.int(), w[csr.perm].contiguous()
     return {

@@ -16,7 +16,7 @@ from bench_graph_processing import wall_ms
 
 import graphfuse
 from bench_graphs import read_mtx, rmat
-from bench_spmm import gcn_weights, host_overhead_us, time_ms
+from bench_spmm import gcn_operands, host_overhead_us, time_ms
 from graphfuse.engine import autograd
 
 
@@ -48,10 +48,7 @@ def main() -> None:
         graphs.insert(0, ("cora", lambda: read_mtx(args.data / "cora.mtx", "cuda")))
     for name, make in graphs:
         ei, n = make()
-        w = gcn_weights(ei, n)
-        g = graphfuse.Graph(ei, num_nodes=n, edge_weight=w)
-        csr = g.csr
-        a = torch.sparse_csr_tensor(csr.rowptr.int(), csr.col.int(), w[csr.perm], size=(n, n))
+        _, g, a = gcn_operands(ei, n)
         for k in (64, 256):
             x = torch.randn(n, k, device="cuda")
             print(f"== {name}: {n:,} nodes, {ei.size(1):,} nnz, K={k} (us: event / host / wall)")

@@ -55,12 +55,9 @@ def profile_graph(name: str, ei, n: int, ks: list[int], calls: list[dict]) -> No
     import torch
 
     import graphfuse
-    from bench_spmm import gcn_weights
+    from bench_spmm import gcn_operands
 
-    w = gcn_weights(ei, n)
-    g = graphfuse.Graph(ei, num_nodes=n, edge_weight=w)
-    csr = g.csr
-    a = torch.sparse_csr_tensor(csr.rowptr.int(), csr.col.int(), w[csr.perm], size=(n, n))
+    _, g, a = gcn_operands(ei, n)
     for k in ks:
         x = torch.randn(n, k, device="cuda")
         fns = {"gespmm": lambda: graphfuse.aggregate(g, x, reduce="sum", backend="gespmm"),
@@ -110,7 +107,8 @@ def group(profiled: list[dict], expected: int) -> list[list[dict]]:
     return groups
 
 
-def summarise(call: dict, ks: list[dict]) -> dict:
+def call_totals(call: dict, ks: list[dict]) -> dict:
+    """One call's record: its kernels' times, L2 floor and traffic summed, the hit rates of its longest kernel."""
     main = max(ks, key=lambda k: k["ns"])
     ms = sum(k["ns"] for k in ks) / 1e6
     return {**call, "kernels": [k["kernel"].split("(")[0][:60] for k in ks], "ms": ms,
@@ -123,7 +121,7 @@ def summarise(call: dict, ks: list[dict]) -> dict:
 
 def report(csv_path: Path, manifest: Path) -> dict:
     meta = json.loads(manifest.read_text())
-    calls = [summarise(c, ks) for c, ks in zip(meta["calls"], group(kernels(csv_path), len(meta["calls"])))]
+    calls = [call_totals(c, ks) for c, ks in zip(meta["calls"], group(kernels(csv_path), len(meta["calls"])))]
     rows: dict[tuple, dict] = {}
     for c in calls:
         rows.setdefault((c["graph"], c["k"]), {"graph": c["graph"], "nodes": c["nodes"], "nnz": c["nnz"], "k": c["k"]})[

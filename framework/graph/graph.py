@@ -241,28 +241,24 @@ class Graph:
             num_dst=self.num_dst,
             validate=False,
         )
-        for key, value in self._cache.items():
-            # formats (tensors, tuples of tensors such as CSR/CSC) and cached graphs move; device-bound objects
-            # (kernel plans, row schedules, dispatch choices) are rebuilt on the new device when needed; a weighted
-            # entry moves only while it is current (then with the moved weights as its stamp)
-            if key in self._weight_stamps:
-                if not self._stamp_current(key):
-                    continue
+        for key, value in self._portable().items():  # the rest is rebuilt on the new device when needed
+            if key in self._weight_stamps:  # stamped with the moved weights
                 moved._weight_stamps[key] = moved._weight_stamp()
-            if isinstance(value, tuple) and _movable(value):
-                moved._cache[key] = type(value)(*(v.to(device, non_blocking=non_blocking) for v in value))
-            elif _movable(value):
-                moved._cache[key] = value.to(device, non_blocking=non_blocking)
+            moved._cache[key] = (type(value)(*(v.to(device, non_blocking=non_blocking) for v in value))
+                                 if isinstance(value, tuple) else value.to(device, non_blocking=non_blocking))
         return moved
 
+    def _portable(self) -> dict[Any, Any]:
+        """The cached entries that :meth:`to` moves and pickling keeps: formats (tensors, tuples of tensors such
+        as CSR/CSC) and cached graphs, a weighted one only while it is current; not device-bound objects (kernel
+        plans, row schedules, the engine's dispatch memo: state of this process)."""
+        return {key: value for key, value in self._cache.items() if _movable(value) and self._stamp_current(key)}
+
     def __getstate__(self) -> dict[str, Any]:
-        """Pickling (and ``copy.deepcopy``) keeps the cached entries that :meth:`to` would move, not device-bound
-        objects (kernel plans, row schedules, the engine's dispatch memo: state of this process), and a weighted
-        entry only while it is current: a loaded tensor's version counter starts afresh, so the kept entries are
-        stamped again on load."""
+        """Pickling (and ``copy.deepcopy``) keeps :meth:`_portable`'s entries; a loaded tensor's version counter
+        starts afresh, so the weighted ones are stamped again on load."""
         state = self.__dict__.copy()
-        state["_cache"] = {key: value for key, value in self._cache.items()
-                           if _movable(value) and self._stamp_current(key)}
+        state["_cache"] = self._portable()
         state["_weight_stamps"] = [key for key in self._weight_stamps if key in state["_cache"]]
         return state
 

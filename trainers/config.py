@@ -249,17 +249,35 @@ def _field_type(key: str) -> Any:
     return None
 
 
+_YAML11_INT = re.compile(r"[+-]?(0[0-9_]+|[0-9_]+(:[0-9_]+)+)")
+"""Integers YAML 1.1 reads otherwise than written: a leading zero is octal (010 → 8), colons base 60 (1:30 → 90)."""
+_YAML11_BOOL = re.compile(r"yes|no|on|off", re.IGNORECASE)
+"""Words YAML 1.1 reads as booleans where YAML 1.2 and JSON keep a string."""
+
+
 def _yaml12(item: str) -> str:
     """A ``key=value`` override read as written, not as YAML 1.1 would: a string field's value stays a string
-    (``output_dir=010``, ``logger.name=yes``), and an integer with a leading zero (octal) or colons (base 60) is
-    refused (``seed=010`` was 8, ``model.hidden=1:30`` 90)."""
+    (``output_dir=010``, ``logger.name=yes``); an integer with a leading zero (octal) or colons (base 60) is
+    refused wherever it stands (``seed=010`` was 8, ``model.hidden=1:30`` 90, ``sampler.num_neighbors=[010,10]``
+    [8, 10]); so is a bare yes/no/on/off outside a bool field (``data.options.x=yes`` was True)."""
     key, _, value = item.partition("=")
     kind = _field_type(key.lstrip("+"))
     if kind in (str, str | None) and value not in ("null", "~", "") and value[:1] not in ("'", '"'):
         return f"{key}={json.dumps(value)}"
-    if kind in (int, int | None) and re.fullmatch(r"[+-]?(0[0-9_]+|[0-9_]+(:[0-9_]+)+)", value):
-        raise ConfigError(f"bad override '{item}': {key} takes a plain integer; YAML 1.1 would read {value!r} as "
-                          f"{yaml.safe_load(value)!r} (a leading zero is octal, colons are base 60).")
+    if kind is None and not key.lstrip("+").startswith("data.options."):
+        return item  # an unknown key: the merge names it
+    try:
+        plain = [t.value for t in yaml.scan(value) if isinstance(t, yaml.ScalarToken) and t.plain]
+    except yaml.YAMLError:  # malformed: from_dotlist names it
+        return item
+    for text in plain:
+        if _YAML11_INT.fullmatch(text):
+            raise ConfigError(f"bad override '{item}': {text!r} is not a plain integer; YAML 1.1 would read it as "
+                              f"{yaml.safe_load(text)!r} (a leading zero is octal, colons are base 60). Write the "
+                              "number without them, or quote it for a string.")
+        if _YAML11_BOOL.fullmatch(text) and kind not in (bool, bool | None):
+            raise ConfigError(f"bad override '{item}': YAML 1.1 would read {text!r} as {yaml.safe_load(text)!r}; "
+                              f"write true/false for a boolean, or quote it ('{text}') for a string.")
     return item
 
 

@@ -227,7 +227,17 @@ def test_overrides_are_read_as_written_not_as_yaml_1_1():
     cfg = load_config(["output_dir=010", "logger.name=yes", "trainer.precision=32", "output_dir=runs/${seed}/a"])
     assert cfg.output_dir == "runs/0/a" and cfg.logger.name == "yes" and cfg.trainer.precision == "32"
     assert load_config(["output_dir=010"]).output_dir == "010" and load_config(["output_dir=null"]).output_dir is None
-    for item, read in (("seed=010", "8"), ("model.hidden=1:30", "90"), ("trainer.max_epochs=0_10", "8")):
-        with pytest.raises(ConfigError, match=f"takes a plain integer; YAML 1.1 would read .* as {read}"):
+    for item, read in (("seed=010", "8"), ("model.hidden=1:30", "90"), ("trainer.max_epochs=0_10", "8"),
+                       ("sampler.num_neighbors=[10,010]", "8"), ("sampler.num_neighbors=[1:30]", "90"),
+                       ("optim.lr=010", "8"), ("data.options.seed=010", "8"), ("data.options={a: [0_7]}", "7")):
+        with pytest.raises(ConfigError, match=f"is not a plain integer; YAML 1.1 would read it as {read}"):
+            load_config([item])
+    for item in ("data.options.flag=yes", "data.options={a: [On]}", "sampler.num_neighbors=[off]"):
+        with pytest.raises(ConfigError, match="YAML 1.1 would read .* as (True|False); write true/false"):
             load_config([item])
     assert load_config(["seed=10", "model.hidden=1_000"]).model.hidden == 1000
+    cfg = load_config(["sampler.num_neighbors=[10, 0, -1]", "data.options={a: '010', b: true, c: 'yes'}"])
+    assert list(cfg.sampler.num_neighbors) == [10, 0, -1] and cfg.data.options == {"a": "010", "b": True, "c": "yes"}
+    assert load_config(["trainer.deterministic=yes"]).trainer.deterministic is True
+    with pytest.raises(ConfigError, match="unknown config key 'model.hiden'"):
+        load_config(["model.hiden=010"])

@@ -9,6 +9,7 @@ from graphfuse.engine import (
 from graphfuse.engine.attention import gat_aggregate, gat_attention, gat_scores
 from graphfuse.engine.dispatcher import (
     Backend,
+    check_backend,
     get_default_backend,
     register_backend,
     registered_backends,
@@ -21,7 +22,7 @@ from graphfuse.engine.edge_sampling import EdgeSampling, use_sampling
 from graphfuse.engine.functional import REDUCES, aggregate, edge_softmax, sddmm
 
 __all__ = [
-    "REDUCES", "Backend", "EdgeSampling", "aggregate", "edge_softmax", "gat_aggregate", "gat_attention", "gat_scores",
+    "REDUCES", "Backend", "EdgeSampling", "aggregate", "check_backend", "edge_softmax", "gat_aggregate", "gat_attention", "gat_scores",
     "get_default_backend", "register_backend", "registered_backends", "resolve", "sddmm", "set_default_backend",
     "unregister_backend", "use_backend", "use_sampling",
 ]

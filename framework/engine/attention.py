@@ -212,9 +212,7 @@ def _check(op: str, graph: Any, alpha_src: Any, alpha_dst: Any, negative_slope: 
 def _use_fused(op: str, device: torch.device, dtype: torch.dtype, backend: str | None) -> bool:
     """The one place that picks the fused kernels or the reference composition."""
     name = dispatcher.get_default_backend() if backend is None else backend
-    if not isinstance(name, str) or name not in ("auto", FUSED, *dispatcher.registered_backends()):
-        raise ValueError(f"{op}: backend must be one of {['auto', FUSED, *dispatcher.registered_backends()]}; got "
-                         f"{name!r}")
+    dispatcher.check_backend(op, name, extra=(FUSED,))
     if name == FUSED:
         if device.type != "cuda":
             raise ValueError(f"{op}: backend 'fused' runs on cuda tensors; got tensors on {device.type}")

@@ -99,12 +99,18 @@ def _check_name(op: str, name: object, arg: str = "backend") -> None:
         raise TypeError(f"{op}: {arg} must be a backend name (str); got {type(name).__name__}")
 
 
+def check_backend(owner: str, name: object, arg: str = "backend", extra: tuple[str, ...] = ()) -> None:
+    """Raise unless ``name`` is ``"auto"``, a registered backend's name or one of ``extra``: a TypeError naming
+    ``arg`` for a non-str, a ValueError listing the valid names otherwise."""
+    _check_name(owner, name, arg)
+    if name != "auto" and name not in _REGISTRY and name not in extra:
+        raise ValueError(f"{owner}: unknown backend {name!r}; valid: {['auto', *extra, *registered_backends()]}")
+
+
 def set_default_backend(name: str) -> None:
     """Backend used when a call passes ``backend=None`` (``"auto"`` unless changed)."""
     global _default_backend
-    _check_name("set_default_backend", name, "name")
-    if name != "auto" and name not in _REGISTRY:
-        raise ValueError(f"set_default_backend: unknown backend {name!r}; valid: {['auto', *registered_backends()]}")
+    check_backend("set_default_backend", name, "name")
     _default_backend = name
 
 

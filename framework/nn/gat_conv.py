@@ -8,7 +8,8 @@ import torch
 from torch import Tensor, nn
 
 from graphfuse.checks import check_bools, is_finite_real
-from graphfuse.engine import gat_aggregate, gat_scores
+from graphfuse.engine import check_backend, gat_aggregate, gat_scores
+from graphfuse.engine.attention import FUSED
 from graphfuse.graph import Graph, process_gat
 from graphfuse.nn.inits import glorot_
 from graphfuse.nn.inputs import (
@@ -77,6 +78,8 @@ class GATConv(nn.Module):
         self.negative_slope = negative_slope
         self.dropout = float(dropout)
         self.add_self_loops = add_self_loops
+        if backend is not None:  # a typo fails here, not at the first forward
+            check_backend("GATConv", backend, extra=(FUSED,))
         self.backend = backend
         self.lin = nn.Linear(in_channels, heads * out_channels, bias=False)
         self.att_src = nn.Parameter(torch.empty(1, heads, out_channels))

@@ -144,9 +144,10 @@ def test_reference_scores_and_validation():
         gat_scores(h, att_src.float(), att_dst)
     with pytest.raises(TypeError, match=r"gat_scores: h must be a floating-point \(N, H, C\)"):
         gat_scores(h[0], att_src, att_dst)
-    for bad in ("bogus", 3):  # ran the reference, silently
-        with pytest.raises(ValueError, match="gat_scores: backend must be one of"):
-            gat_scores(h, att_src, att_dst, backend=bad)
+    with pytest.raises(ValueError, match="gat_scores: unknown backend 'bogus'; valid: .*'fused'"):
+        gat_scores(h, att_src, att_dst, backend="bogus")  # ran the reference, silently
+    with pytest.raises(TypeError, match=r"gat_scores: backend must be a backend name \(str\); got int"):
+        gat_scores(h, att_src, att_dst, backend=3)
 
 
 # ------------------------------------------------------------------------------------------ GPU

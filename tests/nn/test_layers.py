@@ -231,6 +231,22 @@ def test_bad_constructor_arguments():
         GATConv(IN, OUT, dropout=1.0)
 
 
+@pytest.mark.parametrize("cls", [GCNConv, SAGEConv, GraphSAINTConv, GATConv])
+def test_convs_check_the_backend_name_when_built(cls):
+    """A typo in backend= was found only at the first forward pass (after the model was built and trained on)."""
+    with pytest.raises(ValueError, match=f"{cls.__name__}: unknown backend 'gesmpm'; valid: .*'reference'"):
+        cls(IN, OUT, backend="gesmpm")
+    with pytest.raises(TypeError, match=f"{cls.__name__}: backend must be a backend name \\(str\\); got list"):
+        cls(IN, OUT, backend=["reference"])
+    for name in (None, "auto", "reference", "gespmm"):
+        assert cls(IN, OUT, backend=name).backend == name
+    if cls is GATConv:
+        assert cls(IN, OUT, backend="fused").backend == "fused"
+    else:
+        with pytest.raises(ValueError, match="unknown backend 'fused'"):
+            cls(IN, OUT, backend="fused")
+
+
 @pytest.mark.parametrize("cls", [GCNConv, SAGEConv, GraphSAINTConv])
 def test_convs_name_bad_widths(cls):
     """A width of 0 built a layer whose output ignored x (or was 0 wide), -1 failed inside torch, True was 1;

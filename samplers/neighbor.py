@@ -34,7 +34,13 @@ from graphfuse.checks import check_bools, is_int
 from graphfuse.graph import Graph
 from graphfuse.kernels import sampling as sampling_kernels
 from graphfuse.samplers.saint import check_generator
-from graphfuse.samplers.subgraph import _check_square, _induced_edges, check_node_ids, expand_ranges
+from graphfuse.samplers.subgraph import (
+    MAX_DENSE,
+    _check_square,
+    _induced_edges,
+    check_node_ids,
+    expand_ranges,
+)
 
 SUBGRAPH_TYPES = ("directional", "bidirectional", "induced")
 
@@ -152,31 +158,32 @@ class NeighborSample:
 
 
 class _NodeMap:
-    """The sampled node set of one tree: a dense (N,) map global id → local id (-1 = unseen).
+    """The sampled node set of one tree: a dense (N,) map global id → local id (-1 = unseen), used while N is
+    at most ``MAX_DENSE`` (a fill per batch; larger graphs take :class:`_KeySet`, which costs no (N,) memory).
 
     ``add(cand, count)`` looks up candidate nodes, gives the unseen ones the local ids ``count, count + 1, …``
-    in order of first appearance, and returns the candidates' local ids and the new nodes. A handful of
-    gathers and scatters per hop, with one host sync (the number of new nodes).
+    in order of first appearance, and returns the candidates' local ids and the new nodes, with one host sync
+    (the number of new nodes). ``find(keys)`` gives local ids (a repeated seed: its first row).
     """
 
     def __init__(self, n: int, seeds: Tensor) -> None:
         self.local = torch.full((n,), -1, dtype=torch.int64, device=seeds.device)
-        # a repeated seed keeps its rows, but its map entry is its first row (any row number, even past N)
         self.local.scatter_reduce_(0, seeds, torch.arange(seeds.numel(), device=seeds.device), "amin",
                                    include_self=False)
 
+    def find(self, keys: Tensor) -> Tensor:
+        return self.local[keys]
+
     def add(self, cand: Tensor, count: int) -> tuple[Tensor, Tensor]:
-        local = self.local[cand]
-        position = torch.arange(cand.numel(), device=cand.device)
-        first = torch.full_like(self.local, cand.numel()).scatter_reduce_(0, cand, position, "amin")
-        new = cand[(local < 0) & (first[cand] == position)]
-        self.local[new] = torch.arange(count, count + new.numel(), device=cand.device)
-        return self.local[cand], new
+        local, new, new_local = _add(self, cand, count)
+        self.local[new] = new_local
+        return local, new
 
 
 class _KeySet:
-    """The sampled node set of ``disjoint`` mode: sorted keys ``tree · N + node`` with their local ids (a
-    dense map would need B · N entries). Same ``add`` contract as :class:`_NodeMap`, on keys."""
+    """A node set as sorted keys with their local ids: ``tree · N + node`` in ``disjoint`` mode (a dense map
+    would need B · N entries), the node ids of graphs over ``MAX_DENSE`` nodes. Same contract as
+    :class:`_NodeMap`."""
 
     def __init__(self, keys: Tensor) -> None:
         keys, order = torch.sort(keys, stable=True)
@@ -184,17 +191,25 @@ class _KeySet:
         head[1:] = keys[1:] != keys[:-1]
         self.keys, self.local_of_key = keys[head], order[head]
 
+    def find(self, keys: Tensor) -> Tensor:
+        pos = torch.searchsorted(self.keys, keys).clamp_(max=max(self.keys.numel() - 1, 0))
+        return torch.where(self.keys[pos] == keys, self.local_of_key[pos], -1)
+
     def add(self, cand: Tensor, count: int) -> tuple[Tensor, Tensor]:
-        pos = torch.searchsorted(self.keys, cand).clamp_(max=max(self.keys.numel() - 1, 0))
-        found = self.keys[pos] == cand
-        local = torch.where(found, self.local_of_key[pos], -1)
-        missing = (~found).nonzero().view(-1)
-        new, rank = _first_occurrence(cand[missing])
-        local[missing] = count + rank
+        local, new, new_local = _add(self, cand, count)
         self.keys, merge = torch.sort(torch.cat([self.keys, new]))
-        new_local = torch.arange(count, count + new.numel(), device=cand.device)
         self.local_of_key = torch.cat([self.local_of_key, new_local])[merge]
         return local, new
+
+
+def _add(node_set: _NodeMap | _KeySet, cand: Tensor, count: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The candidates' local ids (unseen ones numbered from ``count`` in order of first appearance), the new
+    keys and their local ids, for the caller to insert."""
+    local = node_set.find(cand)
+    missing = (local < 0).nonzero().view(-1)
+    new, rank = _first_occurrence(cand[missing])
+    local[missing] = count + rank
+    return local, new, torch.arange(count, count + new.numel(), device=cand.device)
 
 
 def _first_occurrence(keys: Tensor) -> tuple[Tensor, Tensor]:
@@ -287,7 +302,10 @@ class NeighborSampler:
         n, device = graph.num_nodes, graph.device
         num_seeds = seeds.numel()
         tree = torch.arange(num_seeds, device=device) if self.disjoint else None
-        node_set = _KeySet(tree * n + seeds) if self.disjoint else _NodeMap(n, seeds)
+        if self.disjoint:
+            node_set = _KeySet(tree * n + seeds)
+        else:
+            node_set = _NodeMap(n, seeds) if n <= MAX_DENSE else _KeySet(seeds)
 
         nodes, trees = [seeds], [tree]
         rows, cols, e_ids = [], [], []
@@ -319,7 +337,7 @@ class NeighborSampler:
         elif self.subgraph_type == "induced":
             # induced_edges needs distinct nodes: extract on the first row of each node (a repeated seed's
             # later rows get no edges), then map back to rows of n_id (increasing, so the order is kept)
-            first = (node_set.local[n_id] == torch.arange(n_id.numel(), device=device)).nonzero().view(-1)
+            first = (node_set.find(n_id) == torch.arange(n_id.numel(), device=device)).nonzero().view(-1)
             row, col, e_id = _induced_edges(graph, n_id[first])
             row, col = first[row], first[col]
         return NeighborSample(

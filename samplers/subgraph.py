@@ -6,7 +6,7 @@ looks up the other endpoint in the node set, so every induced edge is found exac
 only its edges to nodes of higher degree, not its whole adjacency: on skewed graphs this reads a small
 fraction of Σ degree. The owned adjacency (grouped by owner) is built once per graph and cached on it.
 
-Membership is a dense lookup table of local ids when ``groups × N`` is small enough, else a binary search
+Membership is a dense lookup table of local ids when ``groups × N`` is at most ``MAX_DENSE``, else a binary search
 in the sorted keys ``group · N + node``. Everything runs on the graph's device without Python loops.
 
 Shapes:
@@ -25,7 +25,9 @@ from torch import Tensor
 from graphfuse.checks import check_bools
 from graphfuse.graph import Graph
 
-_MAX_TABLE = 1 << 27
+MAX_DENSE = 1 << 22
+"""Largest dense id → local-id table a batch allocates and fills (32 MiB of int64); larger node sets are
+looked up by binary search in sorted keys, whose cost follows the batch, not the graph."""
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,7 @@ def _lookup(nodes: Tensor, group: Tensor | None, num_nodes: int):
     """A function mapping (node, group) queries to local ids (position in ``nodes``), −1 when absent."""
     num_groups = int(group.max()) + 1 if group is not None and group.numel() else 1
     local = torch.arange(nodes.numel(), device=nodes.device)
-    if num_groups * num_nodes <= _MAX_TABLE:
+    if num_groups * num_nodes <= MAX_DENSE:
         table = torch.full((num_groups * num_nodes,), -1, dtype=torch.int64, device=nodes.device)
         table[nodes if group is None else group * num_nodes + nodes] = local
         return lambda q, g: table[q if g is None else q + g * num_nodes]

@@ -55,8 +55,7 @@ def check_sampling(op: str, width: object, strategy: object, seed: object) -> No
     ``graphfuse.EdgeSampling``."""
     if not rt.is_int(width) or not 1 <= width <= MAX_WIDTH:
         raise ValueError(f"{op}: width must be an int in [1, {MAX_WIDTH}]; got {width!r}")
-    if not isinstance(strategy, str) or strategy not in STRATEGY_CODES:  # a list was unhashable: a bare TypeError
-        raise ValueError(f"{op}: strategy must be one of {list(STRATEGY_CODES)}; got {strategy!r}")
+    rt.check_choice(op, "strategy", strategy, STRATEGY_CODES)
     if not rt.is_int(seed) or not 0 <= seed < 2**63:
         raise ValueError(f"{op}: seed must be an int in [0, 2**63); got {seed!r}")
 
@@ -64,7 +63,7 @@ def check_sampling(op: str, width: object, strategy: object, seed: object) -> No
 def seed_mix(seed: int) -> int:
     """``seed · 0x9E3779B97F4A7C15 mod 2^64`` as a signed 64-bit integer: the seed term of the splitmix64 hash
     that both this kernel and its reference (``edge_sampling.hash_uniforms``) draw from."""
-    z = seed * _SEED_MUL % (1 << 64)
+    z = int(seed) * _SEED_MUL % (1 << 64)  # int(): a NumPy seed overflowed int64 here
     return z - (1 << 64) if z >= 1 << 63 else z
 
 
@@ -76,6 +75,7 @@ class EsSpmmPlan(rt.Plan):
 
     def __init__(self, rowptr: Tensor, col: Tensor, *, k: int, dtype: torch.dtype, reduce: str, weighted: bool,
                  width: int, strategy: str, seed: int, vec: int | None = None) -> None:
+        width, seed = int(width), int(seed)  # NumPy integers pass check_sampling
         self.rowptr, self.col, self.k, self.dtype, self.reduce, self.weighted = rowptr, col, k, dtype, reduce, weighted
         self.width, self.strategy, self.seed, self.device = width, strategy, seed, rowptr.device
         self.num_rows = rowptr.numel() - 1
@@ -144,8 +144,7 @@ def _check(rowptr: Tensor, col: Tensor, x: Tensor, values: Tensor | None, width:
     """Raise TypeError/ValueError naming the offending argument of :func:`es_spmm` (devices last, so every
     other error can be tested without a GPU)."""
     op = "es_spmm"
-    if reduce not in rt.REDUCE_CODES:
-        raise ValueError(f"{op}: reduce must be one of {list(rt.REDUCE_CODES)}; got {reduce!r}")
+    rt.check_choice(op, "reduce", reduce, rt.REDUCE_CODES)
     check_sampling(op, width, strategy, seed)
     rt.check_csr(op, rowptr, col, x)
     if values is not None:

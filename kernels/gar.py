@@ -66,8 +66,7 @@ def gar_forward(
     ``validate``: check the index values (one host sync; see :func:`graphfuse.kernels.runtime.check_indices`).
     """
     op = "gar_forward"
-    if reduce not in rt.REDUCE_CODES:
-        raise ValueError(f"{op}: reduce must be one of {list(rt.REDUCE_CODES)}; got {reduce!r}")
+    rt.check_choice(op, "reduce", reduce, rt.REDUCE_CODES)
     rt.check_tensor(op, "x", x, dtypes=rt.FLOAT_DTYPES, ndim=2)
     _check_structure(op, "rowptr", rowptr, "col", col, "R")
     num_rows, k = rowptr.numel() - 1, x.size(1)

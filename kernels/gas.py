@@ -27,7 +27,9 @@ def config(k: int, c: int, dtype: torch.dtype, tensors: list[Tensor]) -> tuple[i
 
 
 def _common(op: str, src: Tensor, dst: Tensor, x: Tensor, values: Tensor | None, heads: int,
-            self_weight: Tensor | None, num_self: int) -> tuple[int, int]:
+            self_weight: Tensor | None, num_self: int, x_name: str = "x") -> tuple[int, int]:
+    """Check the edges, weights and devices around the features ``x`` (named ``x_name``: gas_backward's is
+    ``grad``); returns (weight mode, C)."""
     rt.check_tensor(op, "src", src, dtypes=(torch.int64,), ndim=1)
     e = src.numel()
     rt.check_tensor(op, "dst", dst, dtypes=(torch.int64,), ndim=1, shape=(e,),
@@ -46,7 +48,7 @@ def _common(op: str, src: Tensor, dst: Tensor, x: Tensor, values: Tensor | None,
     if self_weight is not None:
         rt.check_tensor(op, "self_weight", self_weight, dtypes=(x.dtype,), ndim=1,
                         shape=(num_self,), shape_text=f"(num_self={num_self},)")
-    rt.check_devices(op, {"x": x, "src": src, "dst": dst, "values": values, "self_weight": self_weight})
+    rt.check_devices(op, {x_name: x, "src": src, "dst": dst, "values": values, "self_weight": self_weight})
     return wmode, c
 
 
@@ -133,7 +135,7 @@ def gas_backward(
         rt.check_tensor(op, "x", x, dtypes=(grad.dtype,), ndim=2, shape=(num_src, k),
                         shape_text=f"(num_src={num_src}, K={k})")
         rt.check_devices(op, {"grad": grad, "x": x})
-    wmode, c = _common(op, src, dst, grad, values, heads, self_weight, num_self)
+    wmode, c = _common(op, src, dst, grad, values, heads, self_weight, num_self, "grad")
     if validate:
         rt.check_indices(op, None, [("src", src, num_src), ("dst", dst, grad.size(0))])
     e = src.numel()

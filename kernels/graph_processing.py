@@ -135,8 +135,7 @@ def process(
             indices out of range (reported with the first offending edge).
     """
     op = "process_graph"
-    if norm not in NORMS:
-        raise ValueError(f"{op}: norm must be one of {list(NORMS)}; got {norm!r}")
+    rt.check_choice(op, "norm", norm, NORMS)
     rt.check_tensor(op, "edge_index", edge_index, dtypes=(torch.int64,), ndim=2)
     if edge_index.size(0) != 2:
         raise ValueError(f"{op}: edge_index must have shape (2, E); got {tuple(edge_index.shape)}")

@@ -83,8 +83,7 @@ def hp_spmm(rowptr: Tensor, row: Tensor, col: Tensor, x: Tensor, values: Tensor 
         validate: check the index values (one host sync; see :func:`graphfuse.kernels.runtime.check_indices`).
     """
     op = "hp_spmm"
-    if reduce not in REDUCES:
-        raise ValueError(f"{op}: reduce must be one of {list(REDUCES)}; got {reduce!r}")
+    rt.check_choice(op, "reduce", reduce, REDUCES)
     rt.check_csr(op, rowptr, col, x)
     nnz = col.numel()
     rt.check_tensor(op, "row", row, dtypes=(torch.int64,), ndim=1, shape=(nnz,), shape_text=f"(nnz={nnz},)")

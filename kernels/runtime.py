@@ -303,6 +303,13 @@ FLOAT_DTYPES = (torch.float32, torch.float64)
 REDUCE_CODES = {"sum": 0, "mean": 1, "max": 2, "min": 3}  # GF_SUM … GF_MIN of common.cuh
 
 
+def check_choice(op: str, name: str, value: Any, choices: Sequence[str] | dict[str, Any]) -> None:
+    """Raise a ValueError naming ``name`` unless ``value`` is one of the str ``choices`` (a list value was
+    unhashable in a dict lookup: a bare TypeError)."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{op}: {name} must be one of {list(choices)}; got {value!r}")
+
+
 def check_tensor(
     op: str,
     name: str,

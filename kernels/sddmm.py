@@ -53,8 +53,8 @@ def hp_sddmm(row: Tensor, col: Tensor, perm: Tensor, a: Tensor, b: Tensor, *, he
     k = a.size(1)
     rt.check_tensor(op, "b", b, dtypes=(a.dtype,), ndim=2, shape=(None, k), shape_text=f"(num_src, K={k})")
     c = rt.check_heads(op, k, heads)
-    nnz = row.numel()
     rt.check_tensor(op, "row", row, dtypes=(torch.int64,), ndim=1)
+    nnz = row.numel()
     for name, t, dtype in (("col", col, torch.int32), ("perm", perm, torch.int64)):
         rt.check_tensor(op, name, t, dtypes=(dtype,), ndim=1, shape=(nnz,), shape_text=f"(nnz={nnz},)")
     if scale is not None:

@@ -276,8 +276,7 @@ def _check(rowptr: Tensor, col: Tensor, x: Tensor, values: Tensor | None, reduce
            schedule: RowSchedule | None, edge_id: Tensor | None, gather_arg: Tensor | None) -> None:
     """Raise TypeError/ValueError naming the offending argument of :func:`gespmm`."""
     op = "gespmm"
-    if reduce not in rt.REDUCE_CODES:
-        raise ValueError(f"{op}: reduce must be one of {list(rt.REDUCE_CODES)}; got {reduce!r}")
+    rt.check_choice(op, "reduce", reduce, rt.REDUCE_CODES)
     rt.check_csr(op, rowptr, col, x)
     k, nnz = x.size(1), col.numel()
     rt.check_heads(op, k, heads)

@@ -153,6 +153,16 @@ def test_kernel_hash_equals_hash_uniforms(seed):
     assert torch.equal(mine, ref)
 
 
+def test_seed_mix_takes_numpy_seeds():
+    """es_spmm's checks accept a NumPy seed; its product with the multiplier overflowed int64 (OverflowError on
+    the GPU, after the checks)."""
+    np = pytest.importorskip("numpy")
+    for seed in (1, 12345, 2**63 - 1):
+        for kind in (np.int64, np.uint64):
+            assert es_spmm.seed_mix(kind(seed)) == es_spmm.seed_mix(seed)
+    assert es_spmm.seed_mix(np.int32(7)) == es_spmm.seed_mix(7)
+
+
 def _degree_graph(degrees: list[int]) -> graphfuse.Graph:
     """Target i receives degrees[i] edges (sources cycling over 50 nodes, so some repeat)."""
     dst = torch.repeat_interleave(torch.arange(len(degrees)), torch.tensor(degrees))

@@ -522,3 +522,28 @@ def test_launchers_refuse_repeated_permutations_and_rows_that_contradict_rowptr(
     assert runtime.check_indices("op", ("rowptr", rowptr, "col", col), [("col", col, 4)], [ok]) is None
     assert not bool(ok[1]) and bool(runtime.permutation_rule("p", torch.tensor([1, 1]))[1])
     assert bool(runtime.permutation_rule("p", torch.tensor([0, 2]))[1])  # out of range is not a permutation
+
+
+def test_launchers_name_their_arguments_before_using_them():
+    """Found by review: a list reduce/norm was a bare 'unhashable type' TypeError; gas_backward blamed x for a
+    CPU grad; hp_sddmm read row.numel() before checking row (AttributeError)."""
+    from graphfuse.kernels import es_spmm, graph_processing, hp_spmm, sddmm
+
+    rowptr, col = _csr()
+    x = torch.zeros(4, 3)
+    calls = {
+        "gespmm": lambda r: spmm.gespmm(rowptr, col, x, reduce=r),
+        "gar_forward": lambda r: gar.gar_forward(rowptr, col, x, reduce=r),
+        "es_spmm": lambda r: es_spmm.es_spmm(rowptr, col, x, reduce=r, width=16, strategy="bucket"),
+        "hp_spmm": lambda r: hp_spmm.hp_spmm(rowptr, torch.zeros(6, dtype=torch.int64), col, x, reduce=r),
+    }
+    for op, call in calls.items():
+        with pytest.raises(ValueError, match=rf"{op}: reduce must be one of \['sum', 'mean'.*; got \['sum'\]"):
+            call(["sum"])
+    with pytest.raises(ValueError, match=r"process_graph: norm must be one of .*; got \['gcn'\]"):
+        graph_processing.process(torch.zeros(2, 3, dtype=torch.int64), 3, 3, norm=["gcn"])
+    src = torch.tensor([0, 1, 2])
+    with pytest.raises(ValueError, match="gas_backward: grad must be a CUDA tensor; got a tensor on cpu"):
+        gas.gas_backward(src, src, torch.zeros(3, 4), None, num_src=3)
+    with pytest.raises(TypeError, match="hp_sddmm: row must be a torch.Tensor"):
+        sddmm.hp_sddmm([0, 0, 1], col[:3], torch.arange(3), torch.zeros(2, 4), torch.zeros(3, 4))

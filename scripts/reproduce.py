@@ -134,10 +134,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the reproduction; return the exit status (2 on a bad config or missing dataset)."""
+    """Run the reproduction; return the exit status (2 on a bad config or missing dataset, 143/130 when stopped
+    by SIGTERM/Ctrl-C; the experiments that finished are written in every case)."""
     args = parse_args(argv)
     from graphfuse.data import DatasetNotFoundError
-    from graphfuse.trainers.cli import quiet_lightning
+    from graphfuse.trainers.cli import interrupted, quiet_lightning
     from graphfuse.trainers.config import ConfigError, load_config
     from graphfuse.trainers.run import train
 
@@ -166,6 +167,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, DatasetNotFoundError) as error:  # e.g. a later experiment's dataset is missing
         print(f"reproduce: error: {error}", file=sys.stderr)
         status = 2
+    except (KeyboardInterrupt, SystemExit) as stop:  # SIGTERM or Ctrl-C inside a run
+        status = interrupted("reproduce", stop)
     if not results:
         return status
     args.out.mkdir(parents=True, exist_ok=True)  # the experiments that finished are kept

@@ -7,7 +7,7 @@ Usage::
     graphfuse-train experiment=gcn_cora model=gat model.hidden=8 output_dir=runs/try
 
 A bad config, a missing dataset or a malformed item exits with status 2 and a one-paragraph message on
-stderr, without a traceback.
+stderr, without a traceback; a run stopped by SIGTERM exits 143, by Ctrl-C 130.
 """
 
 from __future__ import annotations
@@ -30,6 +30,18 @@ def _fail(message: str) -> int:
     print(textwrap.fill(f"graphfuse-train: error: {message}", width=110, break_long_words=False,
                         break_on_hyphens=False), file=sys.stderr)
     return 2
+
+
+def interrupted(prog: str, stop: BaseException) -> int:
+    """The exit status of a run stopped by SIGTERM (143) or Ctrl-C (130), with a line on stderr. Lightning turns
+    SIGTERM into a SystemExit without a code (status 0: a preempted job looked finished) and Ctrl-C into
+    ``sys.exit(1)``."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    what, status = ("SIGTERM", 143) if isinstance(stop, SIGTERMException) else ("an interrupt", 130)
+    print(f"{prog}: stopped by {what}; checkpoints/last.ckpt holds the last finished epoch: run again with "
+          "trainer.resume=true to continue", file=sys.stderr)
+    return status
 
 
 def quiet_lightning() -> None:
@@ -59,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"bad config: {error}")
     except DatasetNotFoundError as error:
         return _fail(f"dataset not found: {error}")
+    except (KeyboardInterrupt, SystemExit) as stop:
+        return interrupted("graphfuse-train", stop)
     return 0
 
 

@@ -261,10 +261,10 @@ def _yaml12(item: str) -> str:
     refused wherever it stands (``seed=010`` was 8, ``model.hidden=1:30`` 90, ``sampler.num_neighbors=[010,10]``
     [8, 10]); so is a bare yes/no/on/off outside a bool field (``data.options.x=yes`` was True)."""
     key, _, value = item.partition("=")
-    kind = _field_type(key.lstrip("+"))
+    kind = _field_type(key)
     if kind in (str, str | None) and value not in ("null", "~", "") and value[:1] not in ("'", '"'):
         return f"{key}={json.dumps(value)}"
-    if kind is None and not key.lstrip("+").startswith("data.options."):
+    if kind is None and not key.startswith("data.options."):
         return item  # an unknown key: the merge names it
     try:
         plain = [t.value for t in yaml.scan(value) if isinstance(t, yaml.ScalarToken) and t.plain]
@@ -312,7 +312,8 @@ def _pop_defaults(node: DictConfig, source: str) -> dict[str, str]:
 
 
 def split_overrides(overrides: Iterable[str]) -> tuple[dict[str, str], list[str]]:
-    """Split command-line items into group/experiment choices and dotlist overrides.
+    """Split command-line items into group/experiment choices and dotlist overrides (a Hydra-style ``+`` before
+    a key is dropped).
 
     Raises:
         ConfigError: an item is not of the form ``key=value``.
@@ -326,7 +327,7 @@ def split_overrides(overrides: Iterable[str]) -> tuple[dict[str, str], list[str]
                 f"bad override '{item}': every item must be key=value, e.g. experiment=gat_cora, model=gat or "
                 "model.hidden=64."
             )
-        key = key.strip()
+        key = key.strip().removeprefix("+")  # Hydra's "add a key": every key of data.options is one already
         if key in GROUPS or key == "experiment":
             choices[key] = value.strip()
         else:

@@ -119,13 +119,15 @@ class NodeClassifier(pl.LightningModule):
         mask, weight = target_rows(batch, stage)
         logits, target = logits[mask], batch.y[mask]
         rows = target.numel()
-        if stage == "train" and weight is None and not rows:
-            return None  # a sampled batch without target rows: nothing to learn or log (its mean loss is NaN)
-        loss = node_loss(logits, target, weight)
-        pred = logits.argmax(dim=-1)
         # The epoch value of a per-batch number is its mean weighted by the rows the batch scored (not by the
         # subgraph's size); a node_norm-weighted loss estimates the whole graph's loss by itself and counts once.
         log = {"on_step": False, "on_epoch": True}
+        if stage == "train" and not rows:  # a sampled batch without target rows: nothing to learn or score
+            if weight is not None:  # the weighted estimate of an empty sample is 0, and it counts once
+                self.log("train/loss", logits.new_zeros(()), prog_bar=True, batch_size=1, **log)
+            return None  # (its plain mean loss is NaN; the metrics failed on an empty update)
+        loss = node_loss(logits, target, weight)
+        pred = logits.argmax(dim=-1)
         self.log(f"{stage}/loss", loss, prog_bar=stage == "train", batch_size=rows if weight is None else 1, **log)
         for name in ("acc", "f1_micro"):
             metric = self.metrics[f"{stage}_{name}"]

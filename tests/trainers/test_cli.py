@@ -135,3 +135,22 @@ def test_python_dash_m_runs_the_cli():
 def test_one_list_element_override_exits_2(capsys, item):
     """omegaconf's TypeError ('Cannot merge incompatible container types') came out as a traceback, exit 1."""
     _fails_cleanly(capsys, ["sampler=neighbor", item], "a list is set whole", "num_neighbors=[15,10,5]")
+
+
+@pytest.mark.parametrize("stop, status, what", [("sigterm", 143, "SIGTERM"), ("ctrl-c", 130, "an interrupt")])
+def test_a_stopped_run_exits_nonzero_naming_resume(capsys, monkeypatch, tiny, stop, status, what):
+    """Lightning raises SIGTERM as a SystemExit without a code: a preempted run exited 0, as if it had finished."""
+    import sys
+
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    import graphfuse.trainers.run as run
+
+    def train(cfg, verbose=True):
+        if stop == "sigterm":
+            raise SIGTERMException
+        sys.exit(1)  # what Lightning does after a KeyboardInterrupt
+
+    monkeypatch.setattr(run, "train", train)
+    assert main(tiny) == status
+    assert f"stopped by {what}" in capsys.readouterr().err

@@ -241,3 +241,9 @@ def test_overrides_are_read_as_written_not_as_yaml_1_1():
     assert load_config(["trainer.deterministic=yes"]).trainer.deterministic is True
     with pytest.raises(ConfigError, match="unknown config key 'model.hiden'"):
         load_config(["model.hiden=010"])
+
+
+def test_a_hydra_plus_before_a_key_is_dropped():
+    """+data.options.seed=1 was "unknown config key '+data'", listing data among the valid keys."""
+    cfg = load_config(["+data.options.seed=1", "+model.hidden=8", "+model=gat"])
+    assert cfg.data.options == {"seed": 1} and cfg.model.hidden == 8 and cfg.model.name == "gat"

@@ -102,3 +102,26 @@ def test_finished_experiments_are_written_when_a_later_one_fails(tmp_path, tiny_
             "gcn_synthetic", "graphsaint_rw_synthetic", "--", *settings, "trainer.max_epochs=1"]
     assert reproduce.main(argv) == 2
     assert set(json.loads((out / "accuracy.json").read_text())["results"]) == {"gcn_synthetic"}
+
+
+def test_finished_experiments_are_written_when_a_later_one_is_stopped(tmp_path, tiny_settings, monkeypatch):
+    """A SIGTERM during a later experiment exited 0 and threw away the finished experiments' results."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    import graphfuse.trainers.run as run
+
+    real = run.train
+
+    def train(cfg, verbose=True):
+        if cfg.sampler.name is not None:
+            raise SIGTERMException
+        return real(cfg, verbose=verbose)
+
+    monkeypatch.setattr(run, "train", train)
+    reproduce = _load_script()
+    settings = [item for item in tiny_settings if not item.startswith("experiment=")]
+    out = tmp_path / "results"
+    argv = ["--seeds", "1", "--out", str(out), "--runs-dir", str(tmp_path / "runs"), "--experiments",
+            "gcn_synthetic", "graphsaint_rw_synthetic", "--", *settings, "trainer.max_epochs=1"]
+    assert reproduce.main(argv) == 143
+    assert set(json.loads((out / "accuracy.json").read_text())["results"]) == {"gcn_synthetic"}

@@ -10,11 +10,14 @@ Shapes:
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
+
+from graphfuse.checks import is_int
 
 
 @dataclass
@@ -61,6 +64,29 @@ class NodeDataset:
             if mask.shape != (n,) or mask.dtype != torch.bool:
                 raise ValueError(f"NodeDataset: {key} must be a ({n},) bool tensor; got {tuple(mask.shape)} "
                                  f"{mask.dtype}")
+        self._check_values(n)
+
+    def _check_values(self, n: int) -> None:
+        """The documented invariants on values (a custom loader's split leaking test nodes into training, or
+        labels past num_classes, were taken as they came)."""
+        if isinstance(self.num_classes, bool) or not is_int(self.num_classes) or self.num_classes < 1:
+            raise ValueError(f"NodeDataset: num_classes must be an int >= 1; got {self.num_classes!r}")
+        if self.edge_index.numel() and (int(self.edge_index.min()) < 0 or int(self.edge_index.max()) >= n):
+            raise ValueError(f"NodeDataset: edge_index ids must lie in [0, N={n}); got [{int(self.edge_index.min())}, "
+                             f"{int(self.edge_index.max())}]")
+        labelled = self.y >= 0
+        if self.y.numel() and (int(self.y.min()) < -1 or int(self.y.max()) >= self.num_classes):
+            raise ValueError(f"NodeDataset: y must lie in [0, num_classes={self.num_classes}) or be -1 (unlabelled); "
+                             f"got [{int(self.y.min())}, {int(self.y.max())}]")
+        masks = {key: getattr(self, key) for key in ("train_mask", "val_mask", "test_mask")}
+        for (a, mask_a), (b, mask_b) in itertools.combinations(masks.items(), 2):
+            if bool((mask_a & mask_b).any()):
+                raise ValueError(f"NodeDataset: {a} and {b} must be disjoint; {int((mask_a & mask_b).sum())} "
+                                 "nodes are in both")
+        for key, mask in masks.items():
+            if bool((mask & ~labelled).any()):
+                raise ValueError(f"NodeDataset: {key} holds {int((mask & ~labelled).sum())} unlabelled nodes "
+                                 "(y = -1)")
 
     @property
     def num_nodes(self) -> int:

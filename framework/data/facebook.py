@@ -4,9 +4,10 @@ Raw files (``facebook_edges.csv`` with ``id_1,id_2``; ``facebook_features.json``
 list of feature ids; ``facebook_target.csv`` with ``id,facebook_id,page_name,page_type``) are read from,
 in order: ``$GRAPHFUSE_DATA_MIRROR/musae/facebook/``, ``root/facebook/`` and ``root/facebook/facebook_large/``;
 SNAP's names ``musae_facebook_*`` are accepted as well. When none holds them, SNAP's archive
-(``facebook_large.zip``) is downloaded and extracted into ``root/facebook``; a failed download raises
-:class:`DatasetNotFoundError`. Processed tensors are cached in ``root/facebook/processed.pt`` (features as
-sparse indices, densified on load), so later loads skip parsing.
+(``facebook_large.zip``) is downloaded and extracted into ``root/facebook``; a failed download, or raw files
+that cannot be parsed, raise :class:`DatasetNotFoundError`. Processed tensors are cached in
+``root/facebook/processed.pt`` (features as sparse indices, densified on load), so later loads skip parsing;
+the cache records the raw files' paths, sizes and modification times and is rebuilt when they change.
 
 Processing:
     - edges: made undirected (both directions), deduplicated, self-loops removed, sorted by (source, target);
@@ -29,18 +30,26 @@ import json
 import logging
 import os
 import pickle
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from graphfuse.data.dataset import NodeDataset
-from graphfuse.data.paths import DatasetNotFoundError, mirror_dir, mirror_hint
+from graphfuse.data.paths import (
+    DatasetNotFoundError,
+    check_outside_mirror,
+    download_and_extract,
+    mirror_dir,
+    mirror_hint,
+)
 from graphfuse.data.registry import register_dataset
 
 SNAP_URL = "https://snap.stanford.edu/data/facebook_large.zip"
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: the raw files' sizes and times ("sources")
 SPLIT_SEED = 0
 TRAIN_FRACTION = 0.2
 VAL_FRACTION = 0.2
@@ -62,14 +71,9 @@ def _find_raw(root: Path) -> dict[str, Path] | None:
     return None
 
 
-def _download_snap(folder: Path) -> None:
-    """Download and extract SNAP's facebook_large.zip into ``folder``."""
-    from torch_geometric.data import download_url, extract_zip
-
-    folder.mkdir(parents=True, exist_ok=True)
-    archive = download_url(SNAP_URL, str(folder), log=False)
-    extract_zip(archive, str(folder), log=False)
-    os.unlink(archive)
+def _sources(raw: dict[str, Path]) -> dict[str, list]:
+    """What the cache was built from: each raw file's path, size and modification time."""
+    return {key: [str(path), path.stat().st_size, path.stat().st_mtime_ns] for key, path in sorted(raw.items())}
 
 
 def _read_labels(path: Path) -> tuple[Tensor, list[str]]:
@@ -128,19 +132,30 @@ def stratified_split(y: Tensor, num_classes: int) -> tuple[Tensor, Tensor, Tenso
     return masks[0], masks[1], masks[2]
 
 
-def _process(raw: dict[str, Path]) -> dict:
-    y, class_names = _read_labels(raw["target"])
+def _parse(path: Path, folder: Path, read: Callable[..., Any], *args: Any) -> Any:
+    """``read(path, *args)``, a file that cannot be parsed (truncated, edited) raising DatasetNotFoundError."""
+    try:
+        return read(path, *args)
+    except (ValueError, KeyError, TypeError, csv.Error) as exc:  # JSONDecodeError and UnicodeError are ValueErrors
+        raise DatasetNotFoundError(f"facebook: cannot read the raw file {path} ({type(exc).__name__}: {exc}); "
+                                   f"replace it (or delete the copies under {folder} to download them again)",
+                                   path) from exc
+
+
+def _process(raw: dict[str, Path], folder: Path) -> dict:
+    y, class_names = _parse(raw["target"], folder, _read_labels)
     num_nodes = y.numel()
-    feat_row, feat_col, feature_ids = _read_features(raw["features"], num_nodes)
+    feat_row, feat_col, feature_ids = _parse(raw["features"], folder, _read_features, num_nodes)
+    edge_index = _parse(raw["edges"], folder, _read_edges, num_nodes)
     train_mask, val_mask, test_mask = stratified_split(y, len(class_names))
     return {
-        "version": CACHE_VERSION, "edge_index": _read_edges(raw["edges"], num_nodes), "y": y,
+        "version": CACHE_VERSION, "sources": _sources(raw), "edge_index": edge_index, "y": y,
         "feat_row": feat_row, "feat_col": feat_col, "feature_ids": feature_ids, "class_names": class_names,
         "train_mask": train_mask, "val_mask": val_mask, "test_mask": test_mask,
     }
 
 
-_CACHE_KEYS = {"version", "edge_index", "y", "feat_row", "feat_col", "feature_ids", "class_names", "train_mask",
+_CACHE_KEYS = {"version", "sources", "edge_index", "y", "feat_row", "feat_col", "feature_ids", "class_names", "train_mask",
                "val_mask", "test_mask"}
 
 
@@ -174,17 +189,22 @@ def load_facebook(name: str, root: Path, *, download: bool = True) -> NodeDatase
         See the module docstring.
     """
     folder = root / "facebook"
+    check_outside_mirror(folder, "facebook: dataset folder", "it is written to (a link into the mirror?); make "
+                         "it a real folder")
     cache_path = folder / "processed.pt"
     cache = _load_cache(cache_path)
+    raw = _find_raw(root)
+    if cache is not None and raw is not None and cache["sources"] != _sources(raw):
+        log.warning("facebook: rebuilding %s: the raw files changed since it was written", cache_path)
+        cache = None
     if cache is None:
-        raw = _find_raw(root)
         if raw is None:
             expected = folder / "facebook_{edges.csv,features.json,target.csv}"
             hint = f"put the MUSAE files at {expected} (or SNAP's musae_facebook_* names); {mirror_hint('musae/facebook')}"
             if not download:
                 raise DatasetNotFoundError(f"facebook: raw files not found (download=False); {hint}", folder)
             try:
-                _download_snap(folder)
+                download_and_extract(SNAP_URL, folder)
             except Exception as exc:
                 raise DatasetNotFoundError(
                     f"facebook: raw files not found and downloading {SNAP_URL} failed ({exc}); {hint}",
@@ -193,7 +213,7 @@ def load_facebook(name: str, root: Path, *, download: bool = True) -> NodeDatase
             if raw is None:
                 raise DatasetNotFoundError(f"facebook: {SNAP_URL} did not contain the expected files; {hint}",
                                            folder)
-        cache = _process(raw)
+        cache = _process(raw, folder)
         folder.mkdir(parents=True, exist_ok=True)
         tmp = cache_path.with_suffix(f".tmp{os.getpid()}")
         torch.save(cache, tmp)

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from graphfuse.data.dataset import NodeDataset
-from graphfuse.data.paths import DatasetNotFoundError
+from graphfuse.data.paths import DatasetNotFoundError, check_outside_mirror, download_and_extract, locked
 from graphfuse.data.registry import register_dataset
 
 log = logging.getLogger(__name__)
@@ -69,12 +69,7 @@ def _resolve(name: str) -> tuple[str, Any]:
 
 def _download_archive(url: str, folder: Path, download_name: str, dest: Path) -> None:
     """Fetch ogb's zip at ``url`` into ``folder``, extract it and move ``folder/download_name`` to ``dest``."""
-    from torch_geometric.data import download_url, extract_zip
-
-    folder.mkdir(parents=True, exist_ok=True)
-    archive = download_url(url, str(folder), log=False)
-    extract_zip(archive, str(folder), log=False)
-    Path(archive).unlink()
+    download_and_extract(url, folder)
     if dest.exists():
         shutil.rmtree(dest)
     shutil.move(str(folder / download_name), str(dest))
@@ -143,9 +138,11 @@ def load_ogbn(name: str, root: Path, *, download: bool = True, to_undirected: bo
     """
     ogb_name, meta = _resolve(name)
     folder = root / "ogb" / ogb_name.replace("-", "_")
+    check_outside_mirror(folder, f"{ogb_name}: dataset folder", "it is written to (a link into the mirror?); "
+                         "make it a real folder")
     existed = folder.exists() or folder.with_name(folder.name + "_pyg").exists()
     try:
-        with _non_interactive():
+        with _non_interactive(), locked(root / "ogb"):
             dataset = _dataset_class(download)(ogb_name, root=str(root / "ogb"))
             split = dataset.get_idx_split()
     except DatasetNotFoundError:

@@ -8,9 +8,16 @@ copy from it or read it, never write into it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: loads that share a root are not serialised
+    fcntl = None
 
 ROOT_ENV = "GRAPHFUSE_DATA_ROOT"
 MIRROR_ENV = "GRAPHFUSE_DATA_MIRROR"
@@ -67,7 +74,8 @@ def mirror_hint(relative: str) -> str:
 
 
 def copy_from_mirror(relative: str, dest: Path, file_names: list[str]) -> bool:
-    """Copy ``file_names`` from the mirror folder ``relative`` into ``dest`` (only those missing there).
+    """Copy ``file_names`` from the mirror folder ``relative`` into ``dest``: those missing there, and those whose
+    size differs from the mirror's (a partial file left by an interrupted download was kept forever).
 
     Copies contents only (``shutil.copyfile``), so the copies are writable even though the mirror is not. Each
     file is copied to a temporary name and renamed into place, so an interrupted copy never leaves a partial
@@ -76,14 +84,12 @@ def copy_from_mirror(relative: str, dest: Path, file_names: list[str]) -> bool:
     Returns:
         True when every file of ``file_names`` is in ``dest`` afterwards.
     """
-    if all((dest / f).is_file() for f in file_names):
-        return True
     source = mirror_dir(relative)
     if source is None or not all((source / f).is_file() for f in file_names):
-        return False
+        return all((dest / f).is_file() for f in file_names)
     dest.mkdir(parents=True, exist_ok=True)
     for f in file_names:
-        if not (dest / f).is_file():
+        if not (dest / f).is_file() or (dest / f).stat().st_size != (source / f).stat().st_size:
             tmp = dest / f"{f}.tmp{os.getpid()}"
             try:
                 shutil.copyfile(source / f, tmp)
@@ -91,3 +97,33 @@ def copy_from_mirror(relative: str, dest: Path, file_names: list[str]) -> bool:
             finally:
                 tmp.unlink(missing_ok=True)
     return True
+
+
+def download_and_extract(url: str, folder: Path) -> None:
+    """Fetch the zip at ``url`` into ``folder`` and extract it there. An archive already there (left by an
+    interrupted fetch: PyG's ``download_url`` would reuse it forever) is removed first, and the archive is
+    deleted whether the extraction succeeds or not."""
+    from torch_geometric.data import download_url, extract_zip
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / url.rpartition("/")[2].split("?")[0]).unlink(missing_ok=True)
+    archive = download_url(url, str(folder), log=False)
+    try:
+        extract_zip(archive, str(folder), log=False)
+    finally:
+        Path(archive).unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def locked(folder: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``folder/.lock`` (created with ``folder``): processes loading one dataset into
+    one root wait for each other instead of reading files another is still writing (parallel seeds)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "a") as handle:
+        if fcntl is not None:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            if fcntl is not None:
+                fcntl.flock(handle, fcntl.LOCK_UN)

@@ -2,8 +2,10 @@
 
 Read by ``torch_geometric.datasets.Planetoid(root / "planetoid", "Cora")``. When ``$GRAPHFUSE_DATA_MIRROR``
 holds ``planetoid/Cora/raw/ind.cora.*``, those raw files are first copied into
-``root/planetoid/Cora/raw`` so that Planetoid finds them and does not download; otherwise Planetoid downloads
-them, and a failed download raises :class:`DatasetNotFoundError`. Processed files in
+``root/planetoid/Cora/raw`` so that Planetoid finds them and does not download (a copy whose size differs
+from the mirror's is replaced); otherwise Planetoid downloads them, and a failed download, or raw files that
+cannot be read, raise :class:`DatasetNotFoundError`. Loads into one root hold a lock on
+``root/planetoid/.lock``, so parallel runs never read files another is writing. Processed files in
 ``root/planetoid/Cora/processed`` that cannot be read (a run stopped while Planetoid wrote them), or that PyG's
 Planetoid wrote with a ``pre_transform`` or ``pre_filter``, are rebuilt from the raw files, with a warning.
 
@@ -16,9 +18,16 @@ from __future__ import annotations
 import logging
 import warnings
 from pathlib import Path
+from typing import Any
 
 from graphfuse.data.dataset import NodeDataset
-from graphfuse.data.paths import DatasetNotFoundError, copy_from_mirror, mirror_hint
+from graphfuse.data.paths import (
+    DatasetNotFoundError,
+    check_outside_mirror,
+    copy_from_mirror,
+    locked,
+    mirror_hint,
+)
 from graphfuse.data.registry import register_dataset
 
 RAW_FILES = [f"ind.cora.{s}" for s in ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")]
@@ -43,6 +52,42 @@ def _planetoid_class() -> type:
     return _Planetoid
 
 
+def _load(root: Path, folder: Path, download: bool) -> Any:
+    """Cora's PyG ``Data``, with the raw files copied from the mirror first and unreadable processed files
+    rebuilt (see the module docstring)."""
+    raw_dir = folder / "raw"
+    have_raw = copy_from_mirror("planetoid/Cora/raw", raw_dir, RAW_FILES)
+    if not have_raw and not download:
+        raise DatasetNotFoundError(
+            f"cora: raw files not found in {raw_dir} (download=False); put {', '.join(RAW_FILES)} there; "
+            f"{mirror_hint('planetoid/Cora/raw')}", raw_dir)
+    planetoid = _planetoid_class()
+    processed = folder / "processed"
+    had_processed = processed.is_dir() and any(processed.iterdir())
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            data = planetoid(str(root / "planetoid"), "Cora")[0]
+    except DatasetNotFoundError:
+        raise
+    except Exception as exc:  # Planetoid does not process again when its files exist, so they failed to read
+        if not had_processed:  # the raw files themselves (e.g. truncated by an interrupted download)
+            raise DatasetNotFoundError(
+                f"cora: cannot read the raw files in {raw_dir} ({type(exc).__name__}: {exc}); delete them to "
+                f"download them again, or replace them; {mirror_hint('planetoid/Cora/raw')}", raw_dir) from exc
+        log.warning("cora: rebuilding the unreadable processed files in %s (%s)", processed, exc)
+        return planetoid(str(root / "planetoid"), "Cora", force_reload=True)[0]
+    stale = [w for w in caught if "argument differs from the one used" in str(w.message)]  # PyG only warns
+    for warning in caught:  # the others, shown as they would have been
+        if warning not in stale:
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+    if stale:
+        log.warning("cora: rebuilding the processed files in %s, which a pre_transform or pre_filter wrote",
+                    processed)
+        data = planetoid(str(root / "planetoid"), "Cora", force_reload=True)[0]
+    return data
+
+
 @register_dataset("cora")
 def load_cora(name: str, root: Path, *, download: bool = True) -> NodeDataset:
     """Load Cora with the Planetoid public split.
@@ -55,35 +100,11 @@ def load_cora(name: str, root: Path, *, download: bool = True) -> NodeDataset:
     Shapes:
         See the module docstring.
     """
-    raw_dir = root / "planetoid" / "Cora" / "raw"
-    have_raw = copy_from_mirror("planetoid/Cora/raw", raw_dir, RAW_FILES)
-    if not have_raw and not download:
-        raise DatasetNotFoundError(
-            f"cora: raw files not found in {raw_dir} (download=False); put {', '.join(RAW_FILES)} there; "
-            f"{mirror_hint('planetoid/Cora/raw')}", raw_dir)
-    planetoid = _planetoid_class()
-    processed = root / "planetoid" / "Cora" / "processed"
-    had_processed = processed.is_dir() and any(processed.iterdir())
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            data = planetoid(str(root / "planetoid"), "Cora")[0]
-    except DatasetNotFoundError:
-        raise
-    except Exception as exc:  # Planetoid does not process again when its files exist, so they failed to read
-        if not had_processed:
-            raise
-        log.warning("cora: rebuilding the unreadable processed files in %s (%s)", processed, exc)
-        data = planetoid(str(root / "planetoid"), "Cora", force_reload=True)[0]
-    else:
-        stale = [w for w in caught if "argument differs from the one used" in str(w.message)]  # PyG only warns
-        for warning in caught:  # the others, shown as they would have been
-            if warning not in stale:
-                warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
-        if stale:
-            log.warning("cora: rebuilding the processed files in %s, which a pre_transform or pre_filter wrote",
-                        processed)
-            data = planetoid(str(root / "planetoid"), "Cora", force_reload=True)[0]
+    folder = root / "planetoid" / "Cora"
+    check_outside_mirror(folder, "cora: dataset folder", "it is written to (a link into the mirror?); make it a "
+                         "real folder")
+    with locked(root / "planetoid"):
+        data = _load(root, folder, download)
     return NodeDataset(
         name=name, x=data.x.float(), y=data.y.long(), edge_index=data.edge_index.long(),
         train_mask=data.train_mask, val_mask=data.val_mask, test_mask=data.test_mask, num_classes=7,

@@ -71,7 +71,7 @@ def load_dataset(
 
     Args:
         name: "cora", "facebook", "synthetic" or "ogbn-<name>" (case-insensitive); see ``DATASETS``.
-        root: cache folder for raw and processed files; defaults to :func:`default_root`.
+        root: cache folder for raw and processed files; defaults to :func:`default_root` (also when "").
         normalize_features: row-normalise x (see :func:`graphfuse.data.transforms.normalize_features`).
         **options: dataset-specific options (e.g. ``num_nodes=`` for "synthetic"); unknown names raise.
 
@@ -101,7 +101,7 @@ def load_dataset(
     for key, value in switches.items():  # a string such as "no" would be truthy
         if not isinstance(value, bool):
             raise TypeError(f"load_dataset: {key} must be True or False for dataset {name!r}; got {value!r}")
-    root = Path(root).expanduser() if root is not None else default_root()
+    root = Path(root).expanduser() if root not in (None, "") else default_root()  # "" as the GraphSAINT cache reads it
     check_outside_mirror(root, "load_dataset: root", f"choose a root outside it (the root argument or data.root, "
                          f"else ${ROOT_ENV}, else ~/.cache/graphfuse/datasets)")
     dataset = loader(name.lower(), root, **options)

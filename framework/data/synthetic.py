@@ -262,8 +262,8 @@ def load_synthetic(
     fold = torch.randperm(2**scale, generator=g, device=device) % n
     edge_index = _edges(n, avg_degree, num_classes, homophily, y, scale, tuple(rmat), fold, g)
 
-    centroids = torch.randn(num_classes, num_features, generator=g, device=device)
-    noise = torch.randn(n, num_features, generator=g, device=device)
+    centroids = torch.randn(num_classes, num_features, generator=g, device=device, dtype=torch.float32)
+    noise = torch.randn(n, num_features, generator=g, device=device, dtype=torch.float32)
     x = centroids[y] + noise.mul_(feature_noise * math.sqrt(num_features / 2))
 
     perm = torch.randperm(n, generator=g, device=device)

@@ -82,7 +82,7 @@ def test_split_is_stratified_disjoint_and_covering(fb):
 
 def test_split_is_fixed_and_cached(fb, fb_root, raw, tmp_path, monkeypatch):
     assert (fb_root / "facebook" / "processed.pt").is_file()
-    monkeypatch.setattr(facebook, "_find_raw", lambda root: pytest.fail("raw files re-read despite the cache"))
+    monkeypatch.setattr(facebook, "_process", lambda raw, folder: pytest.fail("raw files parsed despite the cache"))
     cached = load_dataset("facebook", fb_root)
     for key in ("edge_index", "y", "train_mask", "val_mask", "test_mask"):
         assert torch.equal(getattr(cached, key), getattr(fb, key))
@@ -124,13 +124,39 @@ def test_missing_files_offline(no_mirror, tmp_path, monkeypatch):
     def fail(folder):
         raise OSError("network is unreachable")
 
-    monkeypatch.setattr(facebook, "_download_snap", fail)
+    monkeypatch.setattr(facebook, "download_and_extract", lambda url, folder: fail(folder))
     with pytest.raises(DatasetNotFoundError) as info:
         load_dataset("facebook", tmp_path)
     assert info.value.path == tmp_path / "facebook"
     message = str(info.value)
     assert str(tmp_path / "facebook") in message and "GRAPHFUSE_DATA_MIRROR" in message
     assert "network is unreachable" in message and facebook.SNAP_URL in message
-    monkeypatch.setattr(facebook, "_download_snap", lambda folder: pytest.fail("download despite download=False"))
+    monkeypatch.setattr(facebook, "download_and_extract", lambda url, folder: pytest.fail("download despite download=False"))
     with pytest.raises(DatasetNotFoundError, match="download=False"):
+        load_dataset("facebook", tmp_path, download=False)
+
+
+def _tiny_musae(folder, labels=("company", "tvshow", "company")):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "facebook_edges.csv").write_text("id_1,id_2\n0,1\n1,2\n")
+    (folder / "facebook_features.json").write_text(json.dumps({"0": [5], "1": [7, 5], "2": []}))
+    rows = "".join(f"{i},{i},page{i},{t}\n" for i, t in enumerate(labels))
+    (folder / "facebook_target.csv").write_text("id,facebook_id,page_name,page_type\n" + rows)
+
+
+def test_the_cache_follows_changed_raw_files(no_mirror, tmp_path, caplog):
+    """processed.pt was checked only by its version: edited or replaced raw files were never read again."""
+    _tiny_musae(tmp_path / "facebook")
+    assert load_dataset("facebook", tmp_path, download=False).y.tolist() == [0, 1, 0]
+    _tiny_musae(tmp_path / "facebook", labels=("tvshow", "politician", "company"))
+    assert load_dataset("facebook", tmp_path, download=False).y.tolist() == [2, 1, 0]
+    assert "the raw files changed" in caplog.text
+
+
+def test_unparsable_raw_files_are_named(no_mirror, tmp_path):
+    """A truncated facebook_features.json was a bare JSONDecodeError, reported as a bad data config."""
+    _tiny_musae(tmp_path / "facebook")
+    (tmp_path / "facebook" / "facebook_features.json").write_text('{"0": [5], "1"')
+    with pytest.raises(DatasetNotFoundError, match=r"facebook: cannot read the raw file \S*facebook_features\.json"
+                       r" \(JSONDecodeError"):
         load_dataset("facebook", tmp_path, download=False)

@@ -153,6 +153,32 @@ def test_node_dataset_validates_shapes():
         NodeDataset(**{**ds.__dict__, "test_mask": torch.zeros(4, dtype=torch.long)})
 
 
+def test_node_dataset_validates_its_documented_invariants():
+    """Found by review: a custom loader's overlapping split (test nodes trained on), labels past num_classes and
+    out-of-range edge ids were accepted."""
+    ds = _tiny()
+    fields = ds.__dict__
+    everyone = torch.ones(4, dtype=torch.bool)
+    cases = [
+        ({"test_mask": fields["train_mask"] | fields["test_mask"]}, "train_mask and test_mask must be disjoint"),
+        ({"val_mask": everyone, "train_mask": ~everyone, "test_mask": ~everyone, "y": torch.tensor([0, 1, -1, 0])},
+         "val_mask holds 1 unlabelled nodes"),
+        ({"y": torch.tensor([0, 1, 5, 0])}, r"y must lie in \[0, num_classes=2\) or be -1"),
+        ({"y": torch.tensor([0, 1, -3, 0])}, r"got \[-3, 1\]"),
+        ({"edge_index": torch.tensor([[0, 4], [1, 2]])}, r"edge_index ids must lie in \[0, N=4\)"),
+        ({"edge_index": torch.tensor([[0, -1], [1, 2]])}, "edge_index ids"),
+        ({"num_classes": 0}, "num_classes must be an int >= 1"),
+        ({"num_classes": 2.0}, "num_classes must be an int >= 1"),
+    ]
+    for change, match in cases:
+        with pytest.raises(ValueError, match=match):
+            NodeDataset(**{**fields, **change})
+    unlabelled_outside = torch.tensor([0, 1, -1, 0])
+    ok = NodeDataset(**{**fields, "y": unlabelled_outside, "train_mask": torch.tensor([True, True, False, False]),
+                        "val_mask": ~everyone, "test_mask": torch.tensor([False, False, False, True])})
+    assert ok.num_nodes == 4
+
+
 def test_interrupted_mirror_copy_leaves_no_partial_file(monkeypatch, tmp_path):
     from graphfuse.data import paths
 
@@ -203,3 +229,89 @@ def test_yes_no_options_must_be_bools(tmp_path, name, option):
     with pytest.raises(TypeError, match=f"load_dataset: {option} must be True or False for dataset '{name}'; got 'no'"):
         load_dataset(name, tmp_path, **{option: "no"})
     assert not any(tmp_path.iterdir())
+
+
+def test_a_mirror_copy_replaces_a_partial_file(monkeypatch, tmp_path):
+    """A file of another size than the mirror's (left by an interrupted download) was kept forever."""
+    from graphfuse.data import paths
+
+    (tmp_path / "mirror" / "set").mkdir(parents=True)
+    (tmp_path / "mirror" / "set" / "a").write_bytes(b"a" * 1000)
+    monkeypatch.setenv("GRAPHFUSE_DATA_MIRROR", str(tmp_path / "mirror"))
+    dest = tmp_path / "root" / "set"
+    dest.mkdir(parents=True)
+    (dest / "a").write_bytes(b"a" * 10)
+    assert paths.copy_from_mirror("set", dest, ["a"])
+    assert (dest / "a").read_bytes() == b"a" * 1000
+
+
+def test_download_drops_a_stale_archive_and_a_bad_one(monkeypatch, tmp_path):
+    """PyG's download_url returns an archive already on disk without fetching: a truncated one from an
+    interrupted download failed every later load with 'File is not a zip file'."""
+    import torch_geometric.data as pyg_data
+
+    from graphfuse.data import paths
+
+    url = "https://example.org/data/set.zip?x=1"
+    (tmp_path / "set.zip").write_bytes(b"truncated")
+    fetched = []
+
+    def download_url(u, folder, log=True):
+        assert not (Path(folder) / "set.zip").exists(), "the stale archive was not removed"
+        (Path(folder) / "set.zip").write_bytes(b"not a zip either")
+        fetched.append(u)
+        return str(Path(folder) / "set.zip")
+
+    monkeypatch.setattr(pyg_data, "download_url", download_url)
+    with pytest.raises(Exception, match="zip"):
+        paths.download_and_extract(url, tmp_path)
+    assert fetched == [url] and not (tmp_path / "set.zip").exists()
+
+
+def test_loads_sharing_a_root_take_turns(tmp_path):
+    """Parallel seeds loading Cora into a fresh root read processed files another process was writing."""
+    import threading
+    import time
+
+    from graphfuse.data import paths
+
+    entered = threading.Event()
+
+    def other():
+        with paths.locked(tmp_path / "planetoid"):
+            entered.set()
+
+    with paths.locked(tmp_path / "planetoid"):
+        thread = threading.Thread(target=other)
+        thread.start()
+        time.sleep(0.3)
+        assert not entered.is_set()
+    thread.join(5)
+    assert entered.is_set()
+
+
+def test_a_dataset_folder_linked_into_the_mirror_is_refused(monkeypatch, tmp_path):
+    """Only the root was checked: root/planetoid/Cora as a link into the mirror got processed files written
+    into the mirror."""
+    mirror = tmp_path / "mirror"
+    (mirror / "planetoid" / "Cora").mkdir(parents=True)
+    monkeypatch.setenv("GRAPHFUSE_DATA_MIRROR", str(mirror))
+    root = tmp_path / "root"
+    (root / "planetoid").mkdir(parents=True)
+    (root / "planetoid" / "Cora").symlink_to(mirror / "planetoid" / "Cora")
+    (root / "facebook").symlink_to(mirror / "planetoid")
+    for name in ("cora", "facebook"):
+        with pytest.raises(ValueError, match=f"{name}: dataset folder=.* lies inside"):
+            load_dataset(name, root, download=False)
+    assert sorted(p.name for p in mirror.rglob("*")) == ["Cora", "planetoid"]
+
+
+def test_unreadable_cora_raw_files_name_the_folder(no_mirror, tmp_path):
+    """Truncated raw files (no processed files yet) raised a bare UnpicklingError: a traceback, exit 1."""
+    raw = tmp_path / "planetoid" / "Cora" / "raw"
+    raw.mkdir(parents=True)
+    for suffix in ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index"):
+        (raw / f"ind.cora.{suffix}").write_bytes(b"\x80\x04truncated")
+    with pytest.raises(DatasetNotFoundError, match="cora: cannot read the raw files in .*raw .*delete them") as info:
+        load_dataset("cora", tmp_path, download=False)
+    assert info.value.path == raw

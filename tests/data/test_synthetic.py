@@ -165,3 +165,14 @@ def test_a_bad_device_is_named(device, message):
     """The device was used unchecked: 'foo' and a missing GPU failed inside torch with RuntimeErrors."""
     with pytest.raises(ValueError, match=f"synthetic: .*{message}"):
         load_dataset("synthetic", num_nodes=20, device=device)
+
+
+def test_features_are_float32_under_a_float64_default_dtype():
+    """The features were drawn in torch's default dtype: under float64 the loader failed NodeDataset's check."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        ds = load_dataset("synthetic", num_nodes=100, avg_degree=3, num_features=8, num_classes=2)
+    finally:
+        torch.set_default_dtype(previous)
+    assert ds.x.dtype == torch.float32

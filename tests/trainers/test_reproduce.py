@@ -82,46 +82,38 @@ def test_bad_arguments_fail_before_anything_trains(tmp_path, tiny_settings, caps
     assert stop.value.code == 2 and "experiment cannot be overridden" in capsys.readouterr().err
 
 
-def test_finished_experiments_are_written_when_a_later_one_fails(tmp_path, tiny_settings, monkeypatch):
-    """A later experiment's missing dataset exited 2 and threw away the results of those already trained."""
+def _second_experiment_stops(tmp_path, tiny_settings, monkeypatch, error: BaseException) -> tuple[int, set]:
+    """Run gcn_synthetic then graphsaint_rw_synthetic, whose training raises ``error``; the exit status and the
+    experiments accuracy.json holds."""
     import graphfuse.trainers.run as run
-    from graphfuse.data import DatasetNotFoundError
 
     real = run.train
 
     def train(cfg, verbose=True):
         if cfg.sampler.name is not None:
-            raise DatasetNotFoundError("the second experiment's files are missing", tmp_path / "nowhere")
+            raise error
         return real(cfg, verbose=verbose)
 
     monkeypatch.setattr(run, "train", train)
-    reproduce = _load_script()
     settings = [item for item in tiny_settings if not item.startswith("experiment=")]
     out = tmp_path / "results"
     argv = ["--seeds", "1", "--out", str(out), "--runs-dir", str(tmp_path / "runs"), "--experiments",
             "gcn_synthetic", "graphsaint_rw_synthetic", "--", *settings, "trainer.max_epochs=1"]
-    assert reproduce.main(argv) == 2
-    assert set(json.loads((out / "accuracy.json").read_text())["results"]) == {"gcn_synthetic"}
+    status = _load_script().main(argv)
+    return status, set(json.loads((out / "accuracy.json").read_text())["results"])
+
+
+def test_finished_experiments_are_written_when_a_later_one_fails(tmp_path, tiny_settings, monkeypatch):
+    """A later experiment's missing dataset exited 2 and threw away the results of those already trained."""
+    from graphfuse.data import DatasetNotFoundError
+
+    missing = DatasetNotFoundError("the second experiment's files are missing", tmp_path / "nowhere")
+    assert _second_experiment_stops(tmp_path, tiny_settings, monkeypatch, missing) == (2, {"gcn_synthetic"})
 
 
 def test_finished_experiments_are_written_when_a_later_one_is_stopped(tmp_path, tiny_settings, monkeypatch):
     """A SIGTERM during a later experiment exited 0 and threw away the finished experiments' results."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-    import graphfuse.trainers.run as run
-
-    real = run.train
-
-    def train(cfg, verbose=True):
-        if cfg.sampler.name is not None:
-            raise SIGTERMException
-        return real(cfg, verbose=verbose)
-
-    monkeypatch.setattr(run, "train", train)
-    reproduce = _load_script()
-    settings = [item for item in tiny_settings if not item.startswith("experiment=")]
-    out = tmp_path / "results"
-    argv = ["--seeds", "1", "--out", str(out), "--runs-dir", str(tmp_path / "runs"), "--experiments",
-            "gcn_synthetic", "graphsaint_rw_synthetic", "--", *settings, "trainer.max_epochs=1"]
-    assert reproduce.main(argv) == 143
-    assert set(json.loads((out / "accuracy.json").read_text())["results"]) == {"gcn_synthetic"}
+    stop = SIGTERMException()
+    assert _second_experiment_stops(tmp_path, tiny_settings, monkeypatch, stop) == (143, {"gcn_synthetic"})

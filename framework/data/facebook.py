@@ -41,7 +41,7 @@ from torch import Tensor
 from graphfuse.data.dataset import NodeDataset
 from graphfuse.data.paths import (
     DatasetNotFoundError,
-    check_outside_mirror,
+    check_dataset_folder,
     download_and_extract,
     mirror_dir,
     mirror_hint,
@@ -189,8 +189,7 @@ def load_facebook(name: str, root: Path, *, download: bool = True) -> NodeDatase
         See the module docstring.
     """
     folder = root / "facebook"
-    check_outside_mirror(folder, "facebook: dataset folder", "it is written to (a link into the mirror?); make "
-                         "it a real folder")
+    check_dataset_folder(folder, "facebook")
     cache_path = folder / "processed.pt"
     cache = _load_cache(cache_path)
     raw = _find_raw(root)

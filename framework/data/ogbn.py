@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from graphfuse.data.dataset import NodeDataset
-from graphfuse.data.paths import DatasetNotFoundError, check_outside_mirror, download_and_extract, locked
+from graphfuse.data.paths import DatasetNotFoundError, check_dataset_folder, download_and_extract, locked
 from graphfuse.data.registry import register_dataset
 
 log = logging.getLogger(__name__)
@@ -138,8 +138,7 @@ def load_ogbn(name: str, root: Path, *, download: bool = True, to_undirected: bo
     """
     ogb_name, meta = _resolve(name)
     folder = root / "ogb" / ogb_name.replace("-", "_")
-    check_outside_mirror(folder, f"{ogb_name}: dataset folder", "it is written to (a link into the mirror?); "
-                         "make it a real folder")
+    check_dataset_folder(folder, ogb_name)
     existed = folder.exists() or folder.with_name(folder.name + "_pyg").exists()
     try:
         with _non_interactive(), locked(root / "ogb"):

@@ -55,6 +55,13 @@ def check_outside_mirror(path: str | os.PathLike, what: str, instead: str) -> No
         raise ValueError(f"{what}={str(path)!r} lies inside ${MIRROR_ENV}={env}, which graphfuse only reads; {instead}")
 
 
+def check_dataset_folder(folder: Path, owner: str) -> None:
+    """:func:`check_outside_mirror` for a loader's own folder under the (already checked) root: a folder that
+    resolves into the mirror, e.g. a symlink to a shared copy, would get processed files written there."""
+    check_outside_mirror(folder, f"{owner}: dataset folder", "it is written to (a link into the mirror?); make it a "
+                         "real folder")
+
+
 def mirror_dir(relative: str) -> Path | None:
     """``$GRAPHFUSE_DATA_MIRROR/relative`` when the variable is set and that folder exists, else None."""
     env = os.environ.get(MIRROR_ENV)

@@ -23,7 +23,7 @@ from typing import Any
 from graphfuse.data.dataset import NodeDataset
 from graphfuse.data.paths import (
     DatasetNotFoundError,
-    check_outside_mirror,
+    check_dataset_folder,
     copy_from_mirror,
     locked,
     mirror_hint,
@@ -101,8 +101,7 @@ def load_cora(name: str, root: Path, *, download: bool = True) -> NodeDataset:
         See the module docstring.
     """
     folder = root / "planetoid" / "Cora"
-    check_outside_mirror(folder, "cora: dataset folder", "it is written to (a link into the mirror?); make it a "
-                         "real folder")
+    check_dataset_folder(folder, "cora")
     with locked(root / "planetoid"):
         data = _load(root, folder, download)
     return NodeDataset(

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from graphfuse.checks import check_bools, is_finite_real
-from graphfuse.engine import check_backend, gat_aggregate, gat_scores
+from graphfuse.engine import gat_aggregate, gat_scores
 from graphfuse.engine.attention import FUSED
 from graphfuse.graph import Graph, process_gat
 from graphfuse.nn.inits import glorot_
@@ -16,6 +16,7 @@ from graphfuse.nn.inputs import (
     GraphLike,
     as_graph,
     check_features,
+    check_layer_backend,
     check_positive_ints,
     check_rate,
     unweighted,
@@ -78,8 +79,7 @@ class GATConv(nn.Module):
         self.negative_slope = negative_slope
         self.dropout = float(dropout)
         self.add_self_loops = add_self_loops
-        if backend is not None:  # a typo fails here, not at the first forward
-            check_backend("GATConv", backend, extra=(FUSED,))
+        check_layer_backend("GATConv", backend, extra=(FUSED,))
         self.backend = backend
         self.lin = nn.Linear(in_channels, heads * out_channels, bias=False)
         self.att_src = nn.Parameter(torch.empty(1, heads, out_channels))

@@ -7,10 +7,10 @@ import torch
 from torch import Tensor, nn
 
 from graphfuse.checks import check_bools
-from graphfuse.engine import aggregate, check_backend
+from graphfuse.engine import aggregate
 from graphfuse.graph import Graph, process_gcn
 from graphfuse.nn.inits import glorot_
-from graphfuse.nn.inputs import GraphLike, as_graph, check_features, check_positive_ints
+from graphfuse.nn.inputs import GraphLike, as_graph, check_features, check_layer_backend, check_positive_ints
 
 
 class GCNConv(nn.Module):
@@ -58,8 +58,7 @@ class GCNConv(nn.Module):
         self.out_channels = out_channels
         self.add_self_loops = add_self_loops
         self.improved = improved
-        if backend is not None:  # a typo fails here, not at the first forward
-            check_backend("GCNConv", backend)
+        check_layer_backend("GCNConv", backend)
         self.backend = backend
         self.lin = nn.Linear(in_channels, out_channels, bias=False)
         self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None

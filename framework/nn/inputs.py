@@ -1,5 +1,5 @@
-"""Input checks shared by the layers: node features, the graph argument (a Graph or an edge_index), widths and
-rates; and the unweighted view of a graph for layers whose messages ignore edge weights.
+"""Input checks shared by the layers: node features, the graph argument (a Graph or an edge_index), widths,
+rates and backend names; and the unweighted view of a graph for layers whose messages ignore edge weights.
 
 Shapes:
     x: (N, F); edge_index: (2, E) int64 with node ids in [0, N).
@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from graphfuse.checks import is_finite_real, is_int
+from graphfuse.engine import check_backend
 from graphfuse.graph import Graph
 
 GraphLike = Graph | Tensor
@@ -83,6 +84,13 @@ def check_rate(owner: str, arg: str, value: float) -> None:
     too, as the width checks take NumPy integers)."""
     if not is_finite_real(value) or not 0.0 <= value < 1.0:
         raise ValueError(f"{owner}: {arg} must be a number in [0, 1); got {value!r}")
+
+
+def check_layer_backend(owner: str, backend: Any, extra: tuple[str, ...] = ()) -> None:
+    """Raise unless ``backend`` is None (the engine's default) or a name :func:`graphfuse.engine.check_backend`
+    takes: checked when the layer is built, so a typo fails there, not at the first forward pass."""
+    if backend is not None:
+        check_backend(owner, backend, extra=extra)
 
 
 def unweighted(graph: Graph) -> Graph:

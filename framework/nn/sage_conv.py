@@ -7,11 +7,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graphfuse.checks import check_bools
-from graphfuse.engine import aggregate, check_backend
+from graphfuse.engine import aggregate
 from graphfuse.nn.inputs import (
     GraphLike,
     as_graph,
     check_features,
+    check_layer_backend,
     check_positive_ints,
     unweighted,
 )
@@ -66,8 +67,7 @@ class SAGEConv(nn.Module):
         self.aggr = aggr
         self.root_weight = root_weight
         self.normalize = normalize
-        if backend is not None:  # a typo fails here, not at the first forward
-            check_backend("SAGEConv", backend)
+        check_layer_backend("SAGEConv", backend)
         self.backend = backend
         self.lin = nn.Linear(in_channels, in_channels) if aggr == "pool" else None
         self.lin_l = nn.Linear(in_channels, out_channels, bias=bias)

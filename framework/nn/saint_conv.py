@@ -7,9 +7,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graphfuse.checks import check_bools
-from graphfuse.engine import aggregate, check_backend
+from graphfuse.engine import aggregate
 from graphfuse.nn.inits import glorot_
-from graphfuse.nn.inputs import GraphLike, as_graph, check_features, check_positive_ints
+from graphfuse.nn.inputs import GraphLike, as_graph, check_features, check_layer_backend, check_positive_ints
 
 AGGRS = ("mean", "sum")
 
@@ -62,8 +62,7 @@ class GraphSAINTConv(nn.Module):
         self.in_channels = in_channels
         self.out_channels = out_channels
         self.aggr = aggr
-        if backend is not None:  # a typo fails here, not at the first forward
-            check_backend("GraphSAINTConv", backend)
+        check_layer_backend("GraphSAINTConv", backend)
         self.backend = backend
         self.lin_self = nn.Linear(in_channels, out_channels, bias=bias)
         self.lin_neigh = nn.Linear(in_channels, out_channels, bias=bias)

@@ -17,11 +17,16 @@ Backends (all CUDA-only, float32/float64):
 - ``gar``: fuseGNN's fused GAR: block per target row forward, one fused pass per source row for the feature
   and edge-weight gradients. Deterministic.
 - ``gas``: fuseGNN's fused GAS: edge-parallel atomics over the unsorted COO list (needs no CSR/CSC), sum and
-  mean; max/min go through the GE-SpMM kernels (an atomic max cannot carry the argmax). Nondeterministic.
+  mean; max/min go through the GE-SpMM kernels (an atomic max cannot carry the argmax). Nondeterministic for
+  sum/mean.
 - ``hpspmm``: HP-SpMM over the hybrid CSR/COO form (nonzeros split evenly across warps; atomics only on
   rows cut between warps) forward and, over CSC, for the feature gradient; HP-SDDMM for the edge-weight
   gradient. Sum/mean with one weight per edge; max/min and per-head weights go through GE-SpMM.
-  Nondeterministic.
+  Nondeterministic for what it runs itself.
+
+A backend's determinism is per call (``Backend.deterministic_call``): what ``gas`` and ``hpspmm`` hand to GE-SpMM,
+and every backend's ``sddmm``, ``edge_softmax`` and ``sampled_aggregate``, run deterministically, so
+``deterministic=True`` refuses only their own atomic aggregations.
 
 ``"auto"`` on CUDA (see :func:`choose`): ``gar`` when the edge weights need a gradient (the GAT case) and
 the graph is dense (average in-degree >= 32, where its fused backward pays); ``gas`` for sum/mean on very
@@ -377,10 +382,7 @@ class BoundAggregate:
         self.heads = _heads(edge_weight)
         # (E, 1) weights go to the kernels as an (E,) view (see _one_head); the memo's signature fixes their shape
         self.one_head = edge_weight is not None and edge_weight.dim() == 2 and self.heads == 1
-        fn = _FUNCTIONS[name]
-        if (name == "gas" and reduce in ("max", "min")) or (
-                name == "hpspmm" and (reduce in ("max", "min") or self.heads > 1)):
-            fn = GespmmAggregate
+        fn = _function(name, reduce, self.heads)
         self.fn, self.plan, self.pair = fn, None, fn is GespmmAggregate
         self.out_shape = None if x.dim() == 2 else (graph.num_dst, *x.shape[1:])
         weighted = edge_weight is not None
@@ -404,6 +406,14 @@ class BoundAggregate:
         return out if self.out_shape is None else out.view(self.out_shape)
 
 
+def _function(name: str, reduce: str, heads: int) -> type:
+    """The autograd Function that runs backend ``name``'s aggregation: ``gas`` and ``hpspmm`` hand max/min (and
+    ``hpspmm`` per-head weights) to GE-SpMM."""
+    if (name == "gas" and reduce in ("max", "min")) or (name == "hpspmm" and (reduce in ("max", "min") or heads > 1)):
+        return GespmmAggregate
+    return _FUNCTIONS[name]
+
+
 def _aggregate(name: str, graph: Graph, x: Tensor, edge_weight: Tensor | None, reduce: str) -> Tensor:
     return BoundAggregate(name, graph, x, edge_weight, reduce)(graph, x, edge_weight, reduce)
 
@@ -419,12 +429,12 @@ def gar_aggregate(graph: Graph, x: Tensor, edge_weight: Tensor | None = None, re
 
 
 def gas_aggregate(graph: Graph, x: Tensor, edge_weight: Tensor | None = None, reduce: str = "sum") -> Tensor:
-    """Engine ``aggregate`` through fused GAS (see :func:`graphfuse.aggregate`); nondeterministic."""
+    """Engine ``aggregate`` through fused GAS (see :func:`graphfuse.aggregate`); sum/mean nondeterministic."""
     return _aggregate("gas", graph, x, edge_weight, reduce)
 
 
 def hpspmm_aggregate(graph: Graph, x: Tensor, edge_weight: Tensor | None = None, reduce: str = "sum") -> Tensor:
-    """Engine ``aggregate`` through HP-SpMM (see :func:`graphfuse.aggregate`); nondeterministic."""
+    """Engine ``aggregate`` through HP-SpMM (see :func:`graphfuse.aggregate`); sum/mean nondeterministic."""
     return _aggregate("hpspmm", graph, x, edge_weight, reduce)
 
 
@@ -525,6 +535,17 @@ def _supports(name: str):
     return supports
 
 
+def _deterministic_call(name: str):
+    def deterministic_call(op: str, **call: Any) -> bool:
+        """gas and hpspmm run atomics only in their own sum/mean aggregations: their max/min (and hpspmm's per-head
+        weights) run GE-SpMM, and every backend's sddmm, edge_softmax and sampled_aggregate are atomic-free."""
+        if op != "aggregate":
+            return True
+        return _function(name, call.get("reduce"), _heads(call.get("edge_weight"))) in (GespmmAggregate, GarAggregate)
+
+    return deterministic_call
+
+
 def _binder(name: str):
     def bind(op: str, *, graph: Graph, x: Tensor, edge_weight: Tensor | None, reduce: str) -> BoundAggregate | None:
         return BoundAggregate(name, graph, x, edge_weight, reduce) if op == "aggregate" else None
@@ -551,6 +572,7 @@ def register() -> None:
             ops={"aggregate": fn, **common},
             devices=frozenset({"cuda"}),
             deterministic_on=deterministic,
+            deterministic_call=_deterministic_call(name),
             is_available=runtime.is_available,
             priority=priority,
             supports=_supports(name),

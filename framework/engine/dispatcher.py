@@ -33,6 +33,9 @@ class Backend:
         devices: device types it runs on (``{"cpu", "cuda"}`` for the reference).
         deterministic_on: device types on which its results are bitwise identical across runs (no
             floating-point atomics there).
+        deterministic_call: optional ``(op, **call) -> bool``: calls it runs on deterministic code wherever it
+            runs, although ``deterministic_on`` leaves the device out (e.g. an atomics backend's max/min, or its
+            ``sddmm``, run by atomic-free kernels). Same arguments as ``supports``.
         torch_deterministic: built from PyTorch ops only, which ``torch.use_deterministic_algorithms(True)``
             makes deterministic (or makes raise) on every device: deterministic wherever that flag is on.
         is_available: whether its runtime (e.g. CuPy) can be used here.
@@ -51,6 +54,7 @@ class Backend:
     ops: Mapping[str, Callable[..., Any]]
     devices: frozenset[str]
     deterministic_on: frozenset[str] = frozenset()
+    deterministic_call: Callable[..., bool] | None = field(default=None)
     torch_deterministic: bool = False
     is_available: Callable[[], bool] = lambda: True
     priority: int = 0
@@ -158,7 +162,7 @@ def _choose(op: str, device: torch.device, backend: str | None, deterministic: b
                 if (
                     op in candidate.ops
                     and device.type in candidate.devices
-                    and (not strict or _deterministic(candidate, device))
+                    and (not strict or _deterministic(candidate, device, op, call))
                     and candidate.is_available()
                     and (candidate.supports is None or candidate.supports(op, **call))
                 ):
@@ -178,11 +182,11 @@ def _choose(op: str, device: torch.device, backend: str | None, deterministic: b
         raise ValueError(
             f"{op}: backend {name!r} runs on {sorted(chosen.devices)} tensors; got tensors on {device.type}"
         )
-    if deterministic and not _deterministic(chosen, device):
+    if deterministic and not _deterministic(chosen, device, op, call):
         if not warn_only:
             raise ValueError(
-                f"{op}: backend {name!r} is not deterministic on {device.type} (it uses atomics there), but "
-                "deterministic results were asked for"
+                f"{op}: backend {name!r} is not deterministic on {device.type} for this call (it uses atomics "
+                "there), but deterministic results were asked for"
             )
         _warn_nondeterministic(op, name, device)
     if not chosen.is_available():
@@ -203,11 +207,12 @@ def _deterministic_type_error(op: str, deterministic: object) -> None:
     raise TypeError(f"{op}: deterministic must be None or a bool; got {deterministic!r}")
 
 
-def _deterministic(backend: Backend, device: torch.device) -> bool:
-    """Whether ``backend`` gives bitwise-reproducible results on ``device`` as PyTorch is set now."""
+def _deterministic(backend: Backend, device: torch.device, op: str, call: Mapping[str, Any]) -> bool:
+    """Whether ``backend`` gives bitwise-reproducible results for this call on ``device`` as PyTorch is set now."""
     return device.type in backend.deterministic_on or (  # warn_only: PyTorch may still run atomics
         backend.torch_deterministic and torch.are_deterministic_algorithms_enabled()
-        and not torch.is_deterministic_algorithms_warn_only_enabled())
+        and not torch.is_deterministic_algorithms_warn_only_enabled()) or (
+        backend.deterministic_call is not None and backend.deterministic_call(op, **call))
 
 
 def resolve_cached(cache: dict, signature: tuple, op: str, device: torch.device, backend: str | None = None,

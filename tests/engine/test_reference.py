@@ -261,6 +261,34 @@ def test_deterministic_request_and_default_backend():
         graphfuse.set_default_backend("nope")
 
 
+def test_determinism_is_per_call_for_the_atomic_backends():
+    """gas and hpspmm run atomics only in their own sum/mean aggregations: deterministic=True took their max/min
+    (run by GE-SpMM), hpspmm's per-head weights (GE-SpMM too), sddmm and edge softmax for nondeterministic and
+    refused them. Without CuPy the backend then reports itself unavailable, which shows that the determinism
+    check let the call through."""
+    cuda = torch.device("cuda")
+    g = make_graph_case("unsorted")
+    x = torch.randn(50, 4)
+    w3 = torch.rand(g.num_edges, 3)
+    cases = [  # backend, op, call, deterministic
+        ("gas", "aggregate", {"reduce": "max"}, True), ("gas", "aggregate", {"reduce": "min"}, True),
+        ("hpspmm", "aggregate", {"reduce": "max"}, True), ("hpspmm", "aggregate", {"edge_weight": w3}, True),
+        ("gas", "sddmm", {"a": x, "b": x}, True), ("hpspmm", "edge_softmax", {"scores": x[:, 0]}, True),
+        ("gas", "aggregate", {}, False), ("gas", "aggregate", {"reduce": "mean", "edge_weight": w3}, False),
+        ("hpspmm", "aggregate", {"reduce": "mean"}, False), ("hpspmm", "aggregate", {"edge_weight": w3[:, 0]}, False),
+    ]
+    for name, op, extra, deterministic in cases:
+        call = {"graph": g, **({"x": x, "edge_weight": None, "reduce": "sum"} if op == "aggregate" else {}), **extra}
+        if not deterministic:
+            with pytest.raises(ValueError, match=f"backend '{name}' is not deterministic on cuda for this call"):
+                resolve(op, cuda, name, deterministic=True, **call)
+        elif graphfuse.kernels.runtime.is_available():
+            assert resolve(op, cuda, name, deterministic=True, **call) is not None
+        else:
+            with pytest.raises(RuntimeError, match=f"backend '{name}' is not available here"):
+                resolve(op, cuda, name, deterministic=True, **call)
+
+
 def test_deterministic_and_validate_must_be_bools():
     """deterministic='no' was truthy and asked for deterministic backends; Graph(validate='no') validated."""
     g = make_graph_case("hub")

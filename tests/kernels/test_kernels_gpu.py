@@ -228,9 +228,13 @@ def skewed_graph() -> graphfuse.Graph:
     return graphfuse.Graph(torch.stack([src, dst]), num_nodes=n).to("cuda")
 
 
-@pytest.mark.parametrize("reduce", REDUCES)
+# gas and hpspmm hand max/min to GE-SpMM, so deterministic=True takes them there (it refused them before)
+DETERMINISTIC = [(b, r) for b in ("gespmm", "gar") for r in REDUCES] + [
+    (b, r) for b in ("gas", "hpspmm") for r in ("max", "min")]
+
+
 @pytest.mark.parametrize("k", [7, 64, 602])
-@pytest.mark.parametrize("backend", ["gespmm", "gar"])
+@pytest.mark.parametrize(("backend", "reduce"), DETERMINISTIC)
 def test_bitwise_deterministic(backend, reduce, k):
     g = skewed_graph()
     x, w = inputs(g, k, torch.float32, True, seed=11)
@@ -244,6 +248,22 @@ def test_bitwise_deterministic(backend, reduce, k):
         results.append((out.detach(), xi.grad, wi.grad))
     for a, b in zip(*results):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("backend", ["gas", "hpspmm"])
+def test_atomic_backends_under_deterministic(backend):
+    """Their own sum/mean aggregations are refused; their sddmm and edge softmax (atomic-free) run."""
+    g = graph("hub")
+    x = torch.randn(g.num_src, 8, device="cuda")
+    for reduce in ("sum", "mean"):
+        with pytest.raises(ValueError, match=f"backend '{backend}' is not deterministic on cuda for this call"):
+            graphfuse.aggregate(g, x, reduce=reduce, backend=backend, deterministic=True)
+    a = torch.randn(g.num_dst, 8, device="cuda")
+    assert torch.equal(graphfuse.sddmm(g, a, x, backend=backend, deterministic=True),
+                       graphfuse.sddmm(g, a, x, backend="gespmm"))
+    scores = torch.randn(g.num_edges, device="cuda")
+    assert torch.equal(graphfuse.edge_softmax(g, scores, backend=backend, deterministic=True),
+                       graphfuse.edge_softmax(g, scores, backend="gespmm"))
 
 
 @pytest.mark.parametrize("case", ["unsorted", "hub", "bipartite", "no_edges", "big_hub"])

@@ -23,7 +23,9 @@ WARPS_PER_BLOCK = 8
 MAX_GRID = 1 << 20
 
 
-def _check_dropout(op: str, dropout: float, seed: int) -> None:
+def _check_scalars(op: str, negative_slope: float, dropout: float, seed: int) -> None:
+    rt.check_real(op, "negative_slope", negative_slope)
+    rt.check_real(op, "dropout", dropout)
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"{op}: dropout must lie in [0, 1); got {dropout}")
     if not rt.is_int(seed) or not -2**63 <= seed < 2**63:
@@ -123,7 +125,7 @@ def softmax_forward(
     """
     op = "gat_softmax"
     if check:
-        _check_dropout(op, dropout, seed)
+        _check_scalars(op, negative_slope, dropout, seed)
         _check_nodes(op, a_src, a_dst)
         _check_ptr(op, "rowptr", rowptr, a_dst.size(0), "N_dst")
         _check_entries(op, dict(col32=(col32, torch.int32), perm=(perm, torch.int64)))
@@ -165,7 +167,7 @@ def alpha_entries(
     ``check=False``: the caller (the engine) has validated the arguments."""
     op = "gat_alpha_entries"
     if check:
-        _check_dropout(op, dropout, seed)
+        _check_scalars(op, negative_slope, dropout, seed)
         _check_nodes(op, a_src, a_dst)
         _check_entries(op, dict(src=(src, torch.int64), dst32=(dst32, torch.int32), eid=(eid, torch.int64)))
         _check_stats(op, row_max, row_sum, a_src, a_dst)
@@ -219,7 +221,7 @@ def softmax_backward(
     """
     op = "gat_softmax_backward"
     if check:
-        _check_dropout(op, dropout, seed)
+        _check_scalars(op, negative_slope, dropout, seed)
         _check_nodes(op, a_src, a_dst)
     heads, num_dst, num_src = a_src.size(1), a_dst.size(0), a_src.size(0)
     if check:

@@ -136,6 +136,7 @@ def process(
     """
     op = "process_graph"
     rt.check_choice(op, "norm", norm, NORMS)
+    rt.check_real(op, "fill_value", fill_value)
     rt.check_tensor(op, "edge_index", edge_index, dtypes=(torch.int64,), ndim=2)
     if edge_index.size(0) != 2:
         raise ValueError(f"{op}: edge_index must have shape (2, E); got {tuple(edge_index.shape)}")

@@ -160,6 +160,13 @@ def is_int(value: object) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+def check_real(op: str, name: str, value: object) -> None:
+    """Raise a ValueError naming ``name`` unless ``value`` is a finite real number (a NumPy one too, not a bool):
+    the launchers' test of a floating-point kernel argument (``graphfuse.checks.is_finite_real``'s twin)."""
+    if not isinstance(value, numbers.Real) or isinstance(value, bool) or not -float("inf") < value < float("inf"):
+        raise ValueError(f"{op}: {name} must be a finite real number; got {value!r}")
+
+
 def ptr(t: Tensor | None) -> int:
     """A tensor's device address as a kernel pointer argument (null for None). Devices are the launchers'
     business (:func:`check_devices`)."""

@@ -202,8 +202,9 @@ def _check(op: str, graph: Any, alpha_src: Any, alpha_dst: Any, negative_slope: 
         if t.device != graph.device:
             raise ValueError(f"{op}: {name} is on {t.device} but the graph is on {graph.device}")
     if alpha_dst.size(1) != alpha_src.size(1) or alpha_dst.dtype != alpha_src.dtype:
-        raise ValueError(f"{op}: alpha_src and alpha_dst must share H and dtype; got {tuple(alpha_src.shape)} "
-                         f"{alpha_src.dtype} and {tuple(alpha_dst.shape)} {alpha_dst.dtype}")
+        error = ValueError if alpha_dst.size(1) != alpha_src.size(1) else TypeError
+        raise error(f"{op}: alpha_src and alpha_dst must share H and dtype; got {tuple(alpha_src.shape)} "
+                    f"{alpha_src.dtype} and {tuple(alpha_dst.shape)} {alpha_dst.dtype}")
     if isinstance(dropout, bool) or not isinstance(dropout, numbers.Real) or not 0.0 <= dropout < 1.0:
         raise ValueError(f"{op}: dropout must lie in [0, 1); got {dropout!r}")
     return alpha_src.size(1)
@@ -212,7 +213,7 @@ def _check(op: str, graph: Any, alpha_src: Any, alpha_dst: Any, negative_slope: 
 def _use_fused(op: str, device: torch.device, dtype: torch.dtype, backend: str | None) -> bool:
     """The one place that picks the fused kernels or the reference composition."""
     name = dispatcher.get_default_backend() if backend is None else backend
-    dispatcher.check_backend(op, name, extra=(FUSED,))
+    dispatcher.check_backend(op, name, extra=(FUSED,), device=device)
     if name == FUSED:
         if device.type != "cuda":
             raise ValueError(f"{op}: backend 'fused' runs on cuda tensors; got tensors on {device.type}")
@@ -252,8 +253,9 @@ def gat_scores(h: Tensor, att_src: Tensor, att_dst: Tensor, *, backend: str | No
             raise ValueError(f"gat_scores: {name} must have shape (H, C) or (1, H, C) = {tuple(h.shape[1:])}; got "
                              f"{tuple(getattr(att, 'shape', ()))}")
         if att.dtype != h.dtype or att.device != h.device:
-            raise ValueError(f"gat_scores: {name} must match h's dtype and device ({h.dtype}, {h.device}); got "
-                             f"{att.dtype}, {att.device}")
+            error = TypeError if att.dtype != h.dtype else ValueError
+            raise error(f"gat_scores: {name} must match h's dtype and device ({h.dtype}, {h.device}); got "
+                        f"{att.dtype}, {att.device}")
     if not _use_fused("gat_scores", h.device, h.dtype, backend):
         return reference_gat_scores(h, att_src, att_dst)
     heads, c = h.shape[1:]
@@ -324,10 +326,11 @@ def gat_aggregate(
                          f"got {tuple(h.shape)}")
     if h.device != graph.device:
         raise ValueError(f"gat_aggregate: h is on {h.device} but the graph is on {graph.device}")
+    fused = _use_fused("gat_aggregate", graph.device, alpha_src.dtype, backend)
     if backend == FUSED and h.dtype != alpha_src.dtype:
         raise TypeError(f"gat_aggregate: the fused kernel needs h and the attention scores in one dtype; got "
                         f"{h.dtype} and {alpha_src.dtype} (use backend='reference' or 'auto')")
-    if not _use_fused("gat_aggregate", graph.device, alpha_src.dtype, backend) or h.dtype != alpha_src.dtype:
+    if not fused or h.dtype != alpha_src.dtype:
         return reference_gat_aggregate(graph, h, alpha_src, alpha_dst, negative_slope, dropout, training,
                                        None if backend in (None, FUSED) else backend)
     p, seed = _seed(dropout, training)

@@ -181,9 +181,9 @@ def _flatten(graph: Graph, x: Tensor, w: Tensor | None) -> tuple[Tensor, int]:
     return x.reshape(x.size(0), -1).contiguous(), heads
 
 
-def _check_dtype(name: str, x: Tensor) -> None:
-    if x.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"aggregate: backend {name!r} supports float32 and float64 features; got {x.dtype} "
+def _check_dtype(op: str, t: Tensor, what: str = "features") -> None:
+    if t.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"{op}: the CUDA kernel backends support float32 and float64 {what}; got {t.dtype} "
                         "(use backend='reference')")
 
 
@@ -378,7 +378,7 @@ class BoundAggregate:
     __slots__ = ("fn", "heads", "plan", "pair", "out_shape", "one_head")
 
     def __init__(self, name: str, graph: Graph, x: Tensor, edge_weight: Tensor | None, reduce: str) -> None:
-        _check_dtype(name, x)
+        _check_dtype("aggregate", x)
         self.heads = _heads(edge_weight)
         # (E, 1) weights go to the kernels as an (E,) view (see _one_head); the memo's signature fixes their shape
         self.one_head = edge_weight is not None and edge_weight.dim() == 2 and self.heads == 1
@@ -462,7 +462,7 @@ def sampled_aggregate(graph: Graph, x: Tensor, edge_weight: Tensor | None, reduc
 
 def sddmm(graph: Graph, a: Tensor, b: Tensor, edge_weight: Tensor | None = None) -> Tensor:
     """Engine ``sddmm`` through HP-SDDMM (see :func:`graphfuse.sddmm`). Deterministic."""
-    _check_dtype("sddmm", a)
+    _check_dtype("sddmm", a, "operands")
     heads = a.size(1) if a.dim() == 3 else 1
     a2 = a.reshape(a.size(0), -1).contiguous()
     b2 = b.reshape(b.size(0), -1).contiguous()
@@ -478,6 +478,7 @@ def edge_softmax(graph: Graph, scores: Tensor) -> Tensor:
     """Engine ``edge_softmax`` without atomics, forward or backward: per-target segment reductions over
     CSR-ordered scores (:class:`SegmentSoftmax`); the two reorderings are permutations (each element moved
     once, also in their backward)."""
+    _check_dtype("edge_softmax", scores, "scores")  # segment_reduce would sum half precision in half precision
     if graph.num_edges == 0:
         return scores.clone()
     csr = graph.csr

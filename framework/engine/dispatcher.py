@@ -103,12 +103,23 @@ def _check_name(op: str, name: object, arg: str = "backend") -> None:
         raise TypeError(f"{op}: {arg} must be a backend name (str); got {type(name).__name__}")
 
 
-def check_backend(owner: str, name: object, arg: str = "backend", extra: tuple[str, ...] = ()) -> None:
+def check_backend(owner: str, name: object, arg: str = "backend", extra: tuple[str, ...] = (),
+                  device: torch.device | None = None) -> None:
     """Raise unless ``name`` is ``"auto"``, a registered backend's name or one of ``extra``: a TypeError naming
-    ``arg`` for a non-str, a ValueError listing the valid names otherwise."""
+    ``arg`` for a non-str, a ValueError listing the valid names otherwise; with ``device``, also a ValueError
+    for a registered backend that does not run there."""
     _check_name(owner, name, arg)
     if name != "auto" and name not in _REGISTRY and name not in extra:
         raise ValueError(f"{owner}: unknown backend {name!r}; valid: {['auto', *extra, *registered_backends()]}")
+    if device is not None and name in _REGISTRY:
+        _check_device(owner, _REGISTRY[name], device)
+
+
+def _check_device(op: str, backend: Backend, device: torch.device) -> None:
+    if device.type not in backend.devices:
+        raise ValueError(
+            f"{op}: backend {backend.name!r} runs on {sorted(backend.devices)} tensors; got tensors on {device.type}"
+        )
 
 
 def set_default_backend(name: str) -> None:
@@ -178,10 +189,7 @@ def _choose(op: str, device: torch.device, backend: str | None, deterministic: b
     chosen = _REGISTRY[name]
     if op not in chosen.ops:
         raise ValueError(f"{op}: backend {name!r} does not implement {op}; it implements {sorted(chosen.ops)}")
-    if device.type not in chosen.devices:
-        raise ValueError(
-            f"{op}: backend {name!r} runs on {sorted(chosen.devices)} tensors; got tensors on {device.type}"
-        )
+    _check_device(op, chosen, device)
     if deterministic and not _deterministic(chosen, device, op, call):
         if not warn_only:
             raise ValueError(

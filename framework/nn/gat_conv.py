@@ -33,7 +33,10 @@ class GATConv(nn.Module):
     GPU, which build no (E, H, C) message tensor; :func:`graphfuse.edge_softmax` + :func:`graphfuse.aggregate`
     elsewhere, whose reference aggregation of per-head weights does build one, as PyG does. Self-loops (one per node, existing ones replaced) are cached on the
     :class:`~graphfuse.Graph` under ``("add_remaining_self_loops", 1.0)``. Edge weights of the graph are
-    ignored, as in PyG. Matches ``torch_geometric.nn.GATConv`` (same parameter names and initialisation).
+    ignored, as in PyG. Matches ``torch_geometric.nn.GATConv`` in what it offers (same parameter names, results
+    and initialisation; the arguments after ``heads`` are keyword-only). Not offered: PyG's ``edge_dim``,
+    ``fill_value``, ``residual``, lazy ``in_channels=-1``, bipartite ``(x_src, x_dst)`` inputs and
+    ``return_attention_weights``; each is refused (TypeError or ValueError), never ignored.
 
     Args:
         in_channels: input width F.

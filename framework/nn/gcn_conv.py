@@ -21,7 +21,10 @@ class GCNConv(nn.Module):
     :func:`graphfuse.gcn_norm` and is cached on the :class:`~graphfuse.Graph` under
     ``("gcn_norm", add_self_loops, improved)``, so full-graph training builds it once; an edge_index input is
     wrapped in a fresh Graph (and normalised) on every call, and so are learned edge weights (a Graph whose
-    ``edge_weight`` requires grad), whose gradient flows through the normalisation. Matches ``torch_geometric.nn.GCNConv``.
+    ``edge_weight`` requires grad), whose gradient flows through the normalisation. Matches
+    ``torch_geometric.nn.GCNConv`` in what it offers (arguments after ``out_channels`` keyword-only; caching is
+    per Graph, so PyG's ``cached`` is not needed, and ``normalize=False`` and lazy ``in_channels=-1`` are not
+    offered).
 
     Args:
         in_channels: input width F.

@@ -27,7 +27,9 @@ class SAGEConv(nn.Module):
     paper's pooling aggregator (PyG's ``aggr="max", project=True``; the root term still uses the raw
     ``x_i``). Nodes without in-edges aggregate to 0. Edge weights of the graph are ignored, as in PyG. The
     neighbourhood work is one :func:`graphfuse.aggregate` call. Matches ``torch_geometric.nn.SAGEConv`` with
-    the same parameter names (``lin_l``, ``lin_r``, and ``lin`` for ``"pool"``) and initialisation.
+    the same parameter names (``lin_l``, ``lin_r``, and ``lin`` for ``"pool"``) and initialisation (arguments
+    after ``out_channels`` keyword-only; PyG's ``project`` is ``aggr="pool"``; lazy ``in_channels=-1`` and
+    ``(x_src, x_dst)`` tuple inputs are not offered).
 
     On a bipartite block (num_src ≥ num_dst) the targets are taken to be the first ``num_dst`` sources, the
     convention of sampled mini-batches, so the root term reads ``x[:num_dst]``.

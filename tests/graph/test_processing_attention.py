@@ -86,6 +86,7 @@ def test_gatconv_cpu_unchanged():
         # zero heads reached a division by zero in the CUDA path
         (dict(a_src=torch.zeros(60, 0), a_dst=torch.zeros(60, 0)), ValueError, "alpha_src must have shape .* H >= 1"),
         (dict(a_dst=torch.zeros(60, 3)), ValueError, "alpha_src and alpha_dst must share H and dtype"),
+        (dict(a_dst=torch.zeros(60, 2, dtype=torch.float64)), TypeError, "alpha_src and alpha_dst must share H and"),
         (dict(a_dst=torch.zeros(60, 2, dtype=torch.int64)), TypeError, "alpha_dst must be a floating-point"),
         (dict(dropout=1.5), ValueError, r"dropout must lie in \[0, 1\)"),
         (dict(backend="fused"), ValueError, "backend 'fused' runs on cuda tensors; got tensors on cpu"),
@@ -93,6 +94,8 @@ def test_gatconv_cpu_unchanged():
         (dict(negative_slope=float("nan")), ValueError, "negative_slope must be a finite real number; got nan"),
         (dict(negative_slope="0.2"), ValueError, "negative_slope must be a finite real number; got '0.2'"),
         (dict(training="False"), TypeError, "training must be a bool; got 'False'"),
+        # a CUDA-only backend ran gat_scores' reference silently and named edge_softmax in gat_attention (review)
+        (dict(backend="gespmm"), ValueError, r"gat_attention: backend 'gespmm' runs on \['cuda'\] tensors; got tensors on cpu"),
     ],
 )
 @pytest.mark.parametrize("op", ["gat_attention", "gat_aggregate"])
@@ -126,8 +129,9 @@ def test_aggregate_validation():
     g, h, a_src, a_dst = attention_inputs("isolated", 2, 3, torch.float32)
     with pytest.raises(ValueError, match=r"gat_aggregate: h must have shape \(num_src=60, H=2, C\)"):
         gat_aggregate(g, h[:, :1], a_src, a_dst)
-    with pytest.raises(TypeError, match="gat_aggregate: the fused kernel needs h and the attention scores in one"):
-        gat_aggregate(g, h.double(), a_src, a_dst, backend="fused")  # was the reference, silently
+    # the device first: the dtype error below came before it on CPU (review); on CUDA see the GPU test
+    with pytest.raises(ValueError, match="gat_aggregate: backend 'fused' runs on cuda tensors; got tensors on cpu"):
+        gat_aggregate(g, h.double(), a_src, a_dst, backend="fused")
 
 
 def test_reference_scores_and_validation():
@@ -138,10 +142,12 @@ def test_reference_scores_and_validation():
     torch.testing.assert_close(a_dst, torch.einsum("nhc,hc->nh", h, att_dst))
     with pytest.raises(ValueError, match=r"gat_scores: att_dst must have shape \(H, C\) or \(1, H, C\)"):
         gat_scores(h, att_src, torch.randn(3, 5, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"gat_scores: backend 'gar' runs on \['cuda'\] tensors; got tensors on cpu"):
+        gat_scores(h, att_src, att_dst, backend="gar")  # ran the reference silently (review)
     with pytest.raises(ValueError, match=r"gat_scores: att_src must have shape .*; got \(1, 1, 3, 4\)"):
         gat_scores(h, att_src[None], att_dst)  # passed, and gave (1, N, H) scores (review)
-    with pytest.raises(ValueError, match="gat_scores: att_src must match h's dtype"):
-        gat_scores(h, att_src.float(), att_dst)
+    with pytest.raises(TypeError, match="gat_scores: att_src must match h's dtype"):
+        gat_scores(h, att_src.float(), att_dst)  # a ValueError before (review)
     with pytest.raises(TypeError, match=r"gat_scores: h must be a floating-point \(N, H, C\)"):
         gat_scores(h[0], att_src, att_dst)
     with pytest.raises(ValueError, match="gat_scores: unknown backend 'bogus'; valid: .*'fused'"):
@@ -223,6 +229,13 @@ def test_fused_aggregate_matches_reference(name, heads, dtype):
     assert_close64(got, want, dtype)
     for a, b in zip(got_grads, want_grads):
         assert_close64(a, b, dtype)
+
+
+@pytest.mark.gpu
+def test_fused_aggregate_refuses_mixed_dtypes():
+    g, h, a_src, a_dst = attention_inputs("isolated", 2, 3, torch.float32, "cuda")
+    with pytest.raises(TypeError, match="gat_aggregate: the fused kernel needs h and the attention scores in one"):
+        gat_aggregate(g, h.double(), a_src, a_dst, backend="fused")  # was the reference, silently
 
 
 @pytest.mark.gpu

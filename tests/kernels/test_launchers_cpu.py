@@ -547,3 +547,40 @@ def test_launchers_name_their_arguments_before_using_them():
         gas.gas_backward(src, src, torch.zeros(3, 4), None, num_src=3)
     with pytest.raises(TypeError, match="hp_sddmm: row must be a torch.Tensor"):
         sddmm.hp_sddmm([0, 0, 1], col[:3], torch.arange(3), torch.zeros(2, 4), torch.zeros(3, 4))
+
+
+def test_gat_launchers_check_their_scalars(monkeypatch):
+    """Found by review: a NaN, infinite, str or bool negative_slope reached the kernel (NaN coefficients for every
+    negative score), and a str dropout failed in a comparison naming nothing; so did process_graph's fill_value."""
+    from graphfuse.kernels import gat_attention, graph_processing
+
+    monkeypatch.setattr(runtime, "check_devices", lambda op, tensors: torch.device("cpu"))
+    rowptr, col = _csr()
+    a = torch.zeros(4, 2)
+    calls = {
+        "gat_softmax": lambda **k: gat_attention.softmax_forward(rowptr, col, torch.arange(6), a, a, **k),
+        "gat_alpha_entries": lambda **k: gat_attention.alpha_entries(
+            torch.zeros(6, dtype=torch.int64), col, torch.arange(6), a, a, a, a, **k),
+    }
+    for op, call in calls.items():
+        for bad in (float("nan"), float("inf"), "0.2", True):
+            with pytest.raises(ValueError, match=f"{op}: negative_slope must be a finite real number"):
+                call(negative_slope=bad)
+        with pytest.raises(ValueError, match=f"{op}: dropout must be a finite real number; got '0.5'"):
+            call(dropout="0.5")
+    with pytest.raises(ValueError, match="process_graph: fill_value must be a finite real number; got nan"):
+        graph_processing.process(torch.zeros(2, 3, dtype=torch.int64), 3, 3, fill_value=float("nan"))
+
+
+def test_kernel_backends_refuse_half_precision_by_op():
+    """The kernel backends' edge softmax summed float16/bfloat16 scores in half precision (1.46 for a row of
+    3,000 equal scores, review); sddmm's error said 'aggregate: backend 'sddmm''. Checked before any CUDA use."""
+    g = make_graph_case("unsorted")
+    half = torch.zeros(g.num_edges, dtype=torch.float16)
+    with pytest.raises(TypeError, match="edge_softmax: the CUDA kernel backends support float32 and float64 scores"):
+        autograd.edge_softmax(g, half)
+    x = torch.zeros(50, 4, dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match="sddmm: the CUDA kernel backends support float32 and float64 operands"):
+        autograd.sddmm(g, x, x)
+    with pytest.raises(TypeError, match="aggregate: the CUDA kernel backends support float32 and float64 features"):
+        autograd.gespmm_aggregate(g, x)

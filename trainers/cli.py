@@ -19,9 +19,10 @@ import textwrap
 USAGE = """\
 usage: graphfuse-train [key=value ...]
 
-Items: experiment=<name> picks configs/experiment/<name>.yaml (default gcn_cora); data=, model=, trainer=,
-sampler= pick a group file (configs/<group>/<name>.yaml); anything else is an override such as model.hidden=64,
-trainer.max_epochs=100, seed=1, output_dir=runs/try, trainer.resume=true.
+Items: experiment=<name> picks the package's configs/experiment/<name>.yaml (default gcn_cora); data=, model=,
+trainer=, sampler= pick a group file (configs/<group>/<name>.yaml); a choice ending in .yaml is the path of your
+own file (experiment=my_exp.yaml); anything else is an override such as model.hidden=64, trainer.max_epochs=100,
+seed=1, output_dir=runs/try, trainer.resume=true.
 Experiments: {experiments}
 """
 

@@ -6,7 +6,9 @@ A run's config is ``OmegaConf.merge`` of, in order: the structured schema below 
 ``configs/sampler/<name>.yaml`` under ``sampler``), the
 experiment file ``configs/experiment/<name>.yaml`` and the command-line dotlist. Group choices come from the
 ``defaults:`` mapping of defaults.yaml, then of the experiment file, then from command-line items such as
-``model=gat``; ``experiment=gat_cora`` chooses the experiment. Every other item is a dotlist override
+``model=gat``; ``experiment=gat_cora`` chooses the experiment. A choice ending in .yaml or .yml is the path of the
+user's own file instead (``experiment=my_exp.yaml``, relative to the working directory), so a wheel install, whose
+configs/ sits in site-packages, takes new experiments too. Every other item is a dotlist override
 (``model.hidden=64``). The schema is strict: an unknown key or a value of the wrong type raises
 :class:`ConfigError` naming the key and listing the valid ones.
 
@@ -187,6 +189,11 @@ def config_dir() -> Path:
     return Path(__file__).resolve().parent.parent / "configs"
 
 
+def is_yaml_path(choice: str) -> bool:
+    """Whether a group or experiment choice names the user's own YAML file rather than one of the package's."""
+    return choice.endswith((".yaml", ".yml"))
+
+
 def available(group: str) -> list[str]:
     """Names of the YAML files of ``group`` (``"data"``, ``"model"``, ``"trainer"`` or ``"experiment"``)."""
     return sorted(p.stem for p in (config_dir() / group).glob("*.yaml"))
@@ -292,6 +299,16 @@ def _load_yaml(path: Path, what: str) -> DictConfig:
 
 
 def _group_file(group: str, name: str) -> Path:
+    """The package's ``configs/<group>/<name>.yaml``, or the user's own file when ``name`` is a path ending in
+    .yaml or .yml (relative to the working directory)."""
+    if is_yaml_path(name):
+        path = Path(name).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"{group} file '{name}' not found (a choice ending in .yaml is read as a path).")
+        return path
+    if "/" in name or "\\" in name:
+        raise ConfigError(f"unknown {group} '{name}': a choice is a name from the package's configs/{group}/ "
+                          f"({', '.join(available(group)) or 'none'}) or the path of a .yaml file.")
     path = config_dir() / group / f"{name}.yaml"
     if not path.is_file():
         choices = ", ".join(available(group)) or "(none)"
@@ -470,7 +487,9 @@ def load_config(overrides: Iterable[str] = ()) -> DictConfig:
 
 
 def resolved_output_dir(cfg: DictConfig) -> Path:
-    """``cfg.output_dir`` (``~`` expanded, as in ``data.root``), or ``runs/<experiment>/seed<seed>`` when unset."""
+    """``cfg.output_dir`` (``~`` expanded, as in ``data.root``), or ``runs/<experiment>/seed<seed>`` when unset (the
+    file's stem for an experiment given as a .yaml path)."""
     if cfg.output_dir:
         return Path(cfg.output_dir).expanduser()
-    return Path("runs") / cfg.experiment / f"seed{cfg.seed}"
+    name = Path(cfg.experiment).stem if is_yaml_path(cfg.experiment) else cfg.experiment
+    return Path("runs") / name / f"seed{cfg.seed}"

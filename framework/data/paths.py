@@ -71,13 +71,17 @@ def mirror_dir(relative: str) -> Path | None:
     return path if path.is_dir() else None
 
 
-def mirror_hint(relative: str) -> str:
-    """The end of a missing-files message: how to point the mirror at ``relative``, or, when the variable is
-    already set, that its folder lacks ``relative/`` (or some of its files)."""
+def mirror_hint(relative: str, file_names: list[str] = ()) -> str:
+    """The end of a missing- or unreadable-files message: how to point the mirror at ``relative``, or, when the
+    variable is already set, whether its folder holds every one of ``file_names`` (then the files at hand are
+    its copies) or lacks ``relative/`` or some of them."""
     env = os.environ.get(MIRROR_ENV)
-    if env:
-        return f"${MIRROR_ENV}={env} is set but holds no complete {relative}/ folder"
-    return f"or set ${MIRROR_ENV} to a folder holding {relative}/"
+    if not env:
+        return f"or set ${MIRROR_ENV} to a folder holding {relative}/"
+    source = mirror_dir(relative)
+    if file_names and source is not None and all((source / f).is_file() for f in file_names):
+        return f"they are copies of ${MIRROR_ENV}={env}'s {relative}/ files"
+    return f"${MIRROR_ENV}={env} is set but holds no complete {relative}/ folder"
 
 
 def copy_from_mirror(relative: str, dest: Path, file_names: list[str]) -> bool:

@@ -16,6 +16,7 @@ Shapes:
 from __future__ import annotations
 
 import logging
+import shutil
 import warnings
 from pathlib import Path
 from typing import Any
@@ -71,12 +72,23 @@ def _load(root: Path, folder: Path, download: bool) -> Any:
     except DatasetNotFoundError:
         raise
     except Exception as exc:  # Planetoid does not process again when its files exist, so they failed to read
-        if not had_processed:  # the raw files themselves (e.g. truncated by an interrupted download)
+        if had_processed:  # removed, so that a second failure is told apart as below
+            log.warning("cora: rebuilding the unreadable processed files in %s (%s)", processed, exc)
+            shutil.rmtree(processed)
+            try:
+                return planetoid(str(root / "planetoid"), "Cora")[0]
+            except DatasetNotFoundError:
+                raise
+            except Exception as again:
+                exc = again
+        if processed.is_dir() and any(processed.iterdir()):  # processed, then failed to load what it wrote
             raise DatasetNotFoundError(
-                f"cora: cannot read the raw files in {raw_dir} ({type(exc).__name__}: {exc}); delete them to "
-                f"download them again, or replace them; {mirror_hint('planetoid/Cora/raw')}", raw_dir) from exc
-        log.warning("cora: rebuilding the unreadable processed files in %s (%s)", processed, exc)
-        return planetoid(str(root / "planetoid"), "Cora", force_reload=True)[0]
+                f"cora: processed the raw files in {raw_dir} but cannot load the processed files it wrote in "
+                f"{processed} ({type(exc).__name__}: {exc}); is torch-geometric older than this package needs?",
+                processed) from exc
+        raise DatasetNotFoundError(  # the raw files themselves (e.g. truncated by an interrupted download)
+            f"cora: cannot read the raw files in {raw_dir} ({type(exc).__name__}: {exc}); delete them to "
+            f"download them again, or replace them; {mirror_hint('planetoid/Cora/raw', RAW_FILES)}", raw_dir) from exc
     stale = [w for w in caught if "argument differs from the one used" in str(w.message)]  # PyG only warns
     for warning in caught:  # the others, shown as they would have been
         if warning not in stale:

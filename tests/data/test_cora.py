@@ -91,3 +91,39 @@ def test_processed_files_of_another_pre_transform_are_rebuilt(mirror, tmp_path, 
         again = load_dataset("cora", tmp_path)
     assert "a pre_transform or pre_filter wrote" in caplog.text
     assert torch.equal(again.x, plain.x) and set(again.x.unique().tolist()) == {0.0, 1.0}
+
+
+def test_unreadable_mirror_copies_are_not_blamed_on_a_missing_mirror(no_mirror, tmp_path, monkeypatch):
+    """Found by review: the message said the mirror 'holds no complete planetoid/Cora/raw/ folder' although
+    every file was there (the copies came from it)."""
+    source = tmp_path / "mirror" / "planetoid" / "Cora" / "raw"
+    source.mkdir(parents=True)
+    for f in RAW_FILES:
+        (source / f).write_bytes(b"\x80\x04truncated")
+    monkeypatch.setenv("GRAPHFUSE_DATA_MIRROR", str(tmp_path / "mirror"))
+    with pytest.raises(DatasetNotFoundError, match="cora: cannot read the raw files") as info:
+        load_dataset("cora", tmp_path / "root", download=False)
+    assert f"they are copies of $GRAPHFUSE_DATA_MIRROR={tmp_path / 'mirror'}'s planetoid/Cora/raw/ files" in str(
+        info.value)
+    assert "holds no complete" not in str(info.value)
+
+
+def test_processed_files_that_cannot_be_loaded_are_named(mirror, tmp_path, monkeypatch):
+    """Found by review: PyG 2.5 under torch >= 2.6 wrote its processed file and could not load it back; that was
+    reported as unreadable raw files, and, with processed files already there, as a traceback (exit 1)."""
+    import pickle
+
+    def refuse(self, path, *args, **kwargs):
+        raise pickle.UnpicklingError("Weights only load failed")
+
+    monkeypatch.setattr(Planetoid, "download", _no_download)
+    monkeypatch.setattr(Planetoid, "load", refuse)
+    processed = tmp_path / "planetoid" / "Cora" / "processed"
+    for _ in range(2):  # without processed files, then with the ones the first call wrote
+        with pytest.raises(DatasetNotFoundError, match="cora: processed the raw files in .* but cannot load the "
+                           "processed files it wrote in .*processed .*UnpicklingError") as info:
+            load_dataset("cora", tmp_path)
+        assert info.value.path == processed and any(processed.iterdir())
+    monkeypatch.undo()
+    monkeypatch.setenv("GRAPHFUSE_DATA_MIRROR", str(mirror))
+    assert load_dataset("cora", tmp_path).num_nodes == 2708  # rebuilt once the loader can read them

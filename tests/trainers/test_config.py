@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from omegaconf.errors import ConfigAttributeError
@@ -247,3 +249,22 @@ def test_a_hydra_plus_before_a_key_is_dropped():
     """+data.options.seed=1 was "unknown config key '+data'", listing data among the valid keys."""
     cfg = load_config(["+data.options.seed=1", "+model.hidden=8", "+model=gat"])
     assert cfg.data.options == {"seed": 1} and cfg.model.hidden == 8 and cfg.model.name == "gat"
+
+
+def test_a_choice_ending_in_yaml_is_the_users_own_file(tmp_path, monkeypatch):
+    """Found by review: a wheel install looked only in site-packages' configs/, and 'experiment=/a/b' joined as a
+    path by accident, its run directory becoming /a/b/seed0."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "my_exp.yaml").write_text("defaults:\n  model: my_model.yml\nmodel:\n  hidden: 12\n")
+    (tmp_path / "my_model.yml").write_text("name: sage\naggr: max\n")
+    cfg = load_config(["experiment=my_exp.yaml", "seed=3"])
+    assert (cfg.experiment, cfg.model.name, cfg.model.aggr, cfg.model.hidden) == ("my_exp.yaml", "sage", "max", 12)
+    assert resolved_output_dir(cfg) == Path("runs") / "my_exp" / "seed3"
+    assert load_config([f"experiment={tmp_path / 'my_exp.yaml'}"]).model.hidden == 12
+    with pytest.raises(ConfigError, match="experiment file 'nope.yaml' not found"):
+        load_config(["experiment=nope.yaml"])
+    with pytest.raises(ConfigError, match=r"unknown experiment '/tmp/x': a choice is a name from the package's "
+                       r"configs/experiment/ \(.*gcn_cora.*\) or the path of a .yaml file"):
+        load_config(["experiment=/tmp/x"])
+    with pytest.raises(ConfigError, match="unknown model '../model/gat'"):
+        load_config(["model=../model/gat"])

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 
 import torch
@@ -36,6 +37,8 @@ from graphfuse.samplers.saint_norm import (
     NORMS,
     SaintNorm,
     _check_train_mask,
+    check_cache_dir,
+    check_training_edges,
     compute_saint_norm,
     presampling_seed,
     training_subgraph,
@@ -152,8 +155,9 @@ class SaintLoader:
         normalize_edges: bool = False,
     ) -> None:
         _check_square(graph, "SaintLoader")
-        check_sampler("SaintLoader", sampler)
+        check_sampler("SaintLoader", sampler, subgraphs=True)
         check_bools("SaintLoader", normalize_edges=normalize_edges)
+        check_cache_dir("SaintLoader", cache_dir)
         if not is_int(num_steps) or num_steps < 1:
             raise ValueError(f"SaintLoader: num_steps must be an int ≥ 1; got {num_steps!r}")
         if norm not in NORMS:
@@ -182,9 +186,9 @@ class SaintLoader:
         self.generator = make_generator(graph.device, seed, "SaintLoader")
         self._gatherer = _Gatherer(graph, x, y, node_data, "SaintLoader")
         self.training = training_subgraph(graph, train_mask) if norm == "paper" else None
-        if self.training is not None and self.training.graph.num_edges == 0 and sampler.name != "saint_rw":
-            raise ValueError(f"SaintLoader: norm='paper' samples from the training subgraph (the edges between "
-                             f"training nodes), which has no edges for the {sampler.name} sampler")
+        if self.training is not None:
+            check_training_edges("SaintLoader", self.training.graph, sampler)
+        _warn_undrawable(graph, sampler, train_mask, self.training)
         self.saint_norm: SaintNorm | None = None
         if sample_coverage > 0:
             self.saint_norm = compute_saint_norm(
@@ -226,6 +230,31 @@ class SaintLoader:
             node_norm=node_norm,
             edge_norm=edge_norm,
         )
+
+
+def _warn_undrawable(graph: Graph, sampler, train_mask: Tensor | None, training) -> None:
+    """Warn when training nodes have probability 0 under ``sampler``: the node and edge samplers keep only the
+    endpoints of drawn edges, so a node without an (out-)edge in the graph they sample from (under
+    norm='paper' the training subgraph, where many training nodes may be isolated) is never in a batch, and the
+    loss, unbiased over the nodes that can be drawn, never sees its label."""
+    drawable = getattr(sampler, "drawable", None)
+    if drawable is None:
+        return
+    if training is not None:
+        missed, total, where = int((~drawable(training.graph)).sum()), training.graph.num_nodes, \
+            "the training subgraph (norm='paper': the edges between training nodes)"
+    else:
+        never = ~drawable(graph)
+        if train_mask is not None:
+            never = never & train_mask.to(graph.device)
+        total = graph.num_nodes if train_mask is None else int(train_mask.sum())
+        missed, where = int(never.sum()), "the graph"
+    if missed:
+        warnings.warn(f"SaintLoader: {missed} of {total} training nodes can never be drawn by the {sampler.name} "
+                      f"sampler, which keeps only endpoints of edges it draws: they have no "
+                      f"{'out-edge' if sampler.name == 'saint_node' else 'edge'} in {where}, so no batch holds "
+                      "them and the loss never sees their labels (saint_rw starts walks at every node)",
+                      stacklevel=3)
 
 
 class NeighborLoader:

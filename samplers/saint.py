@@ -23,6 +23,7 @@ Shapes:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -44,12 +45,17 @@ def check_generator(generator: torch.Generator | None, device: torch.device, nam
                          f"with torch.Generator(device={str(device)!r})")
 
 
-def check_sampler(name: str, sampler: object) -> None:
-    """Raise TypeError unless ``sampler`` is a GraphSAINT sampler object (one with a ``draw`` method; a sampler
-    class, not yet built, is refused)."""
-    if isinstance(sampler, type) or not callable(getattr(sampler, "draw", None)):
-        raise TypeError(f"{name}: sampler must be a GraphSAINT sampler instance, e.g. SaintNodeSampler(budget=1000); "
-                        f"got {sampler!r}")
+def check_sampler(name: str, sampler: object, *, subgraphs: bool = False) -> None:
+    """Raise TypeError unless ``sampler`` is a GraphSAINT sampler object: a dataclass instance (its fields key the
+    normalisation cache) with a str ``name`` and a ``draw`` method, and, with ``subgraphs``, callable for one
+    subgraph (a sampler class, not yet built, is refused)."""
+    if (isinstance(sampler, type) or not callable(getattr(sampler, "draw", None))
+            or not isinstance(getattr(sampler, "name", None), str) or not dataclasses.is_dataclass(sampler)
+            or (subgraphs and not callable(sampler))):
+        need = "a dataclass with a str name, draw() and, to draw subgraphs, __call__" if subgraphs else \
+            "a dataclass with a str name and draw()"
+        raise TypeError(f"{name}: sampler must be a GraphSAINT sampler instance ({need}), e.g. "
+                        f"SaintNodeSampler(budget=1000); got {sampler!r}")
 
 
 def _check_positive(name: str, field: str, value: object, minimum: int = 1) -> int:
@@ -121,6 +127,10 @@ class _SaintSampler:
     def draw(self, graph: Graph, num_samples: int, generator: torch.Generator | None = None) -> Tensor:
         raise NotImplementedError
 
+    def drawable(self, graph: Graph) -> Tensor:
+        """(N,) bool: the nodes this sampler can draw from ``graph`` (the others have probability 0)."""
+        return torch.ones(graph.num_nodes, dtype=torch.bool, device=graph.device)
+
     def __call__(self, graph: Graph, generator: torch.Generator | None = None) -> Subgraph:
         """Draw one node-induced subgraph (node ids sorted; local id = rank)."""
         n_id = torch.unique(self.draw(graph, 1, generator))
@@ -145,8 +155,13 @@ class SaintNodeSampler(_SaintSampler):
     def __post_init__(self) -> None:
         _int_field(self, "budget")
 
+    def drawable(self, graph: Graph) -> Tensor:
+        """Nodes with an out-edge: only edge sources are kept."""
+        return graph.out_degree > 0
+
     def draw(self, graph: Graph, num_samples: int, generator: torch.Generator | None = None) -> Tensor:
         """Shapes: → (num_samples, budget) source nodes of the drawn edges."""
+        num_samples = _check_positive("SaintNodeSampler", "num_samples", num_samples, minimum=0)
         _check_edges(graph, "SaintNodeSampler")
         check_generator(generator, graph.device, "SaintNodeSampler")
         edges = torch.randint(0, graph.num_edges, (num_samples, self.budget), device=graph.device,
@@ -187,8 +202,13 @@ class SaintEdgeSampler(_SaintSampler):
     def __post_init__(self) -> None:
         _int_field(self, "budget")
 
+    def drawable(self, graph: Graph) -> Tensor:
+        """Nodes with an edge (either end): only edge endpoints are kept."""
+        return (graph.out_degree > 0) | (graph.in_degree > 0)
+
     def draw(self, graph: Graph, num_samples: int, generator: torch.Generator | None = None) -> Tensor:
         """Shapes: → (num_samples, 2·budget): sources of the drawn edges, then their targets."""
+        num_samples = _check_positive("SaintEdgeSampler", "num_samples", num_samples, minimum=0)
         _check_edges(graph, "SaintEdgeSampler")
         check_generator(generator, graph.device, "SaintEdgeSampler")
         cdf = edge_sampling_cdf(graph)
@@ -217,6 +237,7 @@ class SaintRandomWalkSampler(_SaintSampler):
 
     def draw(self, graph: Graph, num_samples: int, generator: torch.Generator | None = None) -> Tensor:
         """Shapes: → (num_samples, roots · (walk_length + 1)) visited nodes, walk by walk."""
+        num_samples = _check_positive("SaintRandomWalkSampler", "num_samples", num_samples, minimum=0)
         _check_square(graph, "SaintRandomWalkSampler")
         if graph.num_nodes == 0:
             raise ValueError("SaintRandomWalkSampler: the graph has no nodes")

@@ -149,6 +149,20 @@ def _check_train_mask(name: str, graph: Graph, train_mask: object) -> None:
         raise ValueError(f"{name}: train_mask selects no node")
 
 
+def check_cache_dir(name: str, cache_dir: object) -> None:
+    """Raise TypeError unless ``cache_dir`` is None, a str or an os.PathLike (pathlib's error named nothing)."""
+    if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
+        raise TypeError(f"{name}: cache_dir must be None, a str or a path; got {type(cache_dir).__name__}")
+
+
+def check_training_edges(name: str, train_graph: Graph, sampler) -> None:
+    """Raise unless ``sampler`` can draw from the training graph of ``norm='paper'``: the node and edge samplers
+    draw edges, and the graph has edges only where training nodes meet."""
+    if train_graph.num_edges == 0 and sampler.name != "saint_rw":
+        raise ValueError(f"{name}: norm='paper' samples from the training subgraph (the edges between training "
+                         f"nodes), which has no edges for the {sampler.name} sampler")
+
+
 def _check_coverage(name: str, sample_coverage: object) -> None:
     if not (is_finite_real(sample_coverage) and sample_coverage > 0):
         raise ValueError(f"{name}: sample_coverage must be a finite number > 0; got {sample_coverage!r}")
@@ -345,6 +359,9 @@ def compute_saint_norm(
         if train_mask is None:
             raise ValueError("compute_saint_norm: norm='paper' samples from the training graph and needs train_mask")
         _check_train_mask("compute_saint_norm", graph, train_mask)
+    check_cache_dir("compute_saint_norm", cache_dir)
+    if norm == "paper":
+        check_training_edges("compute_saint_norm", training_subgraph(graph, train_mask).graph, sampler)
     path = key = None
     if cache_dir is not None:
         check_outside_mirror(cache_dir, "compute_saint_norm: cache_dir", "choose a cache_dir outside it")

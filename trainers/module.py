@@ -6,8 +6,9 @@ cross-entropy over the batch's target rows for that stage (:func:`target_rows`) 
 datasets). A full-graph batch's target rows are the stage's mask. A sampled batch's are its first
 ``batch_size`` nodes (the seeds of a neighbour batch, every node of a GraphSAINT batch) that are in the
 stage's mask when the batch carries one (``train_mask``); a GraphSAINT batch's loss is
-``Σ node_norm_v · loss_v`` over them (:func:`node_loss`): an unbiased estimate of the full graph's summed
-training loss divided by N (PyG's normalisation) or by the number of training nodes (the paper's).
+``Σ node_norm_v · loss_v`` over them (:func:`node_loss`): an unbiased estimate of the summed training loss
+over the nodes the sampler can draw, divided by N (PyG's normalisation) or by the number of training nodes
+(the paper's); the node and edge samplers cannot draw nodes without (out-)edges, which SaintLoader warns about.
 An epoch's value of a logged number is the batches' values weighted by the rows each scored (not by the
 subgraph's size); a GraphSAINT loss, an estimate of the whole by itself, counts once per batch. A training batch
 without target rows and without ``node_norm`` is skipped (no step, nothing logged).

@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from graphfuse.data import NodeDataset
+from graphfuse.data.seeds import check_seed
 from graphfuse.graph import Graph
 from graphfuse.samplers import SAINT_SAMPLERS, Batch, NeighborLoader, SaintLoader, training_subgraph
 from graphfuse.trainers.datamodule import FullGraphDataModule, mean_edge_weight
@@ -58,8 +59,9 @@ def training_mean_edge_weight(graph: Graph, train_mask: Tensor) -> Tensor:
 
 
 def epoch_seed(seed: int, epoch: int) -> int:
-    """The generator seed of ``epoch`` in a run seeded with ``seed`` (distinct for every pair)."""
-    return (seed << 20) + epoch
+    """The generator seed of ``epoch`` in a run seeded with ``seed``: distinct for every pair with seed < 2**44
+    and epoch < 2**20, and in torch's seed range for any seed (seeds from 2**44 overflowed it, review)."""
+    return ((seed << 20) + epoch) % 2**64
 
 
 class EpochSeededLoader:
@@ -117,6 +119,7 @@ class SampledDataModule(FullGraphDataModule):
         seed: int = 0,
         cache_dir: str | os.PathLike | None = None,
     ) -> None:
+        check_seed("SampledDataModule", seed)
         if sampler != "neighbor" and sampler not in SAINT_SAMPLERS:
             raise ValueError(f"SampledDataModule: sampler must be one of {['neighbor', *SAINT_SAMPLERS]}; "
                              f"got {sampler!r}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import pytest
 import torch
@@ -353,3 +354,67 @@ def test_paper_mode_without_training_edges_and_an_empty_graph_say_so():
     with pytest.raises(ValueError, match="count_saint_samples: the graph has no nodes to sample"):
         count_saint_samples(graphfuse.Graph(torch.zeros(2, 0, dtype=torch.long), num_nodes=0), SaintRandomWalkSampler(1, 1),
                             2, torch.Generator().manual_seed(0))
+
+
+def test_training_nodes_the_sampler_can_never_draw_are_warned_about():
+    """Found by review: the node and edge samplers keep only endpoints of drawn edges, so under norm='paper' the
+    training nodes isolated in the training subgraph (109 of Cora's 140) were never in a batch, silently."""
+    # 0 → 1 → 2 between training nodes; 3 and 4 are training nodes whose edges lead to node 5 (not training)
+    edges = torch.tensor([[0, 1, 3, 5, 4], [1, 2, 5, 3, 5]])
+    graph = graphfuse.Graph(edges, num_nodes=6)
+    train = torch.tensor([True, True, True, True, True, False])
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randn(6, 3, generator=gen), torch.randint(0, 2, (6,), generator=gen)
+    cases = [  # sampler, norm, the warning's start (None: no warning)
+        (SaintNodeSampler(budget=4), "paper", "3 of 5 training nodes can never be drawn by the saint_node sampler"),
+        (SaintEdgeSampler(budget=4), "paper", "2 of 5 training nodes can never be drawn by the saint_edge sampler"),
+        (SaintRandomWalkSampler(2, 1), "paper", None),
+        (SaintNodeSampler(budget=4), "pyg", "1 of 5 training nodes can never be drawn by the saint_node sampler"),
+        (SaintEdgeSampler(budget=4), "pyg", None),
+    ]
+    for sampler, norm, message in cases:
+        make = lambda: SaintLoader(graph, sampler, num_steps=1, norm=norm, x=x, y=y, train_mask=train,  # noqa: E731
+                                   sample_coverage=0)
+        if message is None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                make()
+        else:
+            with pytest.warns(UserWarning, match=message):
+                make()
+    # what the warning says: those nodes are never drawn
+    drawn = set()
+    with pytest.warns(UserWarning):
+        loader = SaintLoader(graph, SaintNodeSampler(budget=4), num_steps=200, norm="paper", x=x, y=y,
+                             train_mask=train, sample_coverage=0, seed=0)
+    for batch in loader:
+        drawn |= set(batch.n_id.tolist())
+    assert drawn == {0, 1}
+
+
+def test_sampler_objects_and_cache_dir_are_checked_where_they_are_taken():
+    """Found by review: a duck sampler without name or __call__ failed later with AttributeError/TypeError, a
+    non-path cache_dir with pathlib's message, draw(num_samples=-1) in torch, and compute_saint_norm named the
+    sampler's graph, not the training subgraph, for norm='paper' on training nodes sharing no edge."""
+    graph = make_graph_case("unsorted")
+
+    class Duck:
+        def draw(self, graph, num_samples, generator=None):
+            return torch.zeros(num_samples, 2, dtype=torch.int64)
+
+    for call in (lambda: SaintLoader(graph, Duck(), num_steps=1), lambda: compute_saint_norm(graph, Duck(), sample_coverage=1)):
+        with pytest.raises(TypeError, match=r"sampler must be a GraphSAINT sampler instance \(a dataclass with a str name"):
+            call()
+    for call in (lambda: SaintLoader(graph, SaintNodeSampler(budget=4), num_steps=1, cache_dir=3),
+                 lambda: compute_saint_norm(graph, SaintNodeSampler(budget=4), sample_coverage=1, cache_dir=3)):
+        with pytest.raises(TypeError, match="cache_dir must be None, a str or a path; got int"):
+            call()
+    for sampler in (SaintNodeSampler(budget=4), SaintEdgeSampler(budget=4), SaintRandomWalkSampler(2, 1)):
+        for bad in (-1, 2.5, "3"):
+            with pytest.raises(ValueError, match=f"{type(sampler).__name__}: num_samples must be an int ≥ 0"):
+                sampler.draw(graph, bad)
+        assert sampler.draw(graph, 0).shape[0] == 0
+    lonely = torch.zeros(graph.num_nodes, dtype=torch.bool)
+    lonely[graph.edge_index[0, 0]] = True  # one training node: no edge between training nodes
+    with pytest.raises(ValueError, match="compute_saint_norm: norm='paper' samples from the training subgraph"):
+        compute_saint_norm(graph, SaintNodeSampler(budget=4), sample_coverage=1, norm="paper", train_mask=lonely)

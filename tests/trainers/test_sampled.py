@@ -273,3 +273,14 @@ def test_neighbor_batches_larger_than_the_training_set_with_drop_last_are_refuse
     overrides = [*sampled, *SAMPLER_RUNS["neighbor"], "sampler.batch_size=10000", "sampler.drop_last=true"]
     with pytest.raises(ConfigError, match="sampler.batch_size=10000.*training nodes"):
         train(load_config([*overrides, "trainer.max_epochs=1"]), verbose=False)
+
+
+def test_any_torch_seed_draws_batches_and_bad_seeds_are_refused_up_front():
+    """Found by review: the epoch seed (seed << 20) + epoch overflowed torch's range from seed 2**44 on, failing
+    inside fit at the first batch; a str seed was taken."""
+    dataset = load_dataset("synthetic", num_nodes=100, num_features=4, num_classes=3)
+    for seed in (2**44, 2**64 - 1):
+        dm = SampledDataModule(dataset, "saint_rw", {"roots": 10, "walk_length": 2}, {"num_steps": 2}, seed=seed)
+        assert next(iter(dm.train_dataloader())).n_id.numel() > 0
+    with pytest.raises(ValueError, match="SampledDataModule: seed must be an int"):
+        SampledDataModule(dataset, "saint_rw", {"roots": 10, "walk_length": 2}, seed="1")

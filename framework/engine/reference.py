@@ -47,8 +47,19 @@ def aggregate(graph: Graph, x: Tensor, edge_weight: Tensor | None = None, reduce
             out = out / count.view(-1, *([1] * (x.dim() - 1)))
         return out.to(x.dtype)
     if reduce in ("max", "min"):
-        return x.new_zeros(graph.num_dst, *x.shape[1:]).scatter_reduce(
-            0, _expand_like(dst, msg), msg, "amax" if reduce == "max" else "amin", include_self=False)
+        index = _expand_like(dst, msg)
+        best = x.new_zeros(graph.num_dst, *x.shape[1:]).scatter_reduce(
+            0, index, msg, "amax" if reduce == "max" else "amin", include_self=False)
+        if not msg.requires_grad or graph.num_edges == 0:
+            return best
+        # Autograd through the chosen entry: among tied entries the first in CSR order (the smallest COO id, CSR
+        # being stable within rows), as the kernels do; scatter_reduce's own backward splits ties evenly.
+        ids = _expand_like(torch.arange(graph.num_edges, device=dst.device), msg)
+        chosen = torch.where(msg.detach() == best.detach().index_select(0, dst), ids, graph.num_edges)
+        first = torch.full(best.shape, graph.num_edges, dtype=torch.int64, device=dst.device).scatter_reduce(
+            0, index, chosen, "amin")
+        picked = msg.gather(0, first.clamp(max=graph.num_edges - 1))
+        return torch.where(first < graph.num_edges, picked, best)  # rows without entries or with a NaN: best's
     raise ValueError(f"aggregate: reduce must be one of 'sum', 'mean', 'max', 'min'; got {reduce!r}")
 
 

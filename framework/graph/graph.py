@@ -2,8 +2,11 @@
 
 A :class:`Graph` is a COO edge list plus lazily built, cached derived formats: CSR by target (what
 aggregation into targets reads), CSC by source (what the backward pass reads), the CSR→CSC edge permutation
-and degrees. A graph is immutable once built; everything derived from it (formats, normalised graphs of the
-processing stage) is cached on it, so full-graph training builds each once.
+and degrees. A graph's edges are fixed once built (only ``edge_weight`` may be replaced): its sizes and
+``edge_index`` cannot be reassigned, and an in-place change of the ``edge_index`` tensor (which the graph shares
+with the caller when it is int64 and contiguous) is refused at the next use of the graph's caches; everything
+derived from it (formats, normalised graphs of the processing stage) is cached on it, so full-graph training
+builds each once.
 
 Shapes:
     edge_index: (2, E) int64, row 0 = source in [0, num_src), row 1 = target in [0, num_dst).
@@ -57,6 +60,14 @@ def _movable(value: Any) -> bool:
     return isinstance(value, (Tensor, Graph))
 
 
+def _version(t: Tensor) -> int | None:
+    """``t``'s version counter (bumped by every in-place change), None for an inference tensor (it has none)."""
+    return None if t.is_inference() else t._version
+
+
+_FIXED = frozenset({"edge_index", "num_src", "num_dst", "num_edges", "device"})
+
+
 def _check_range(name: str, index: Tensor, bound: int) -> None:
     if index.numel() == 0:
         return
@@ -108,14 +119,32 @@ class Graph:
         if validate:
             _check_range("source (edge_index[0])", edge_index[0], num_src)
             _check_range("target (edge_index[1])", edge_index[1], num_dst)
-        self.edge_index = edge_index
+        self._edge_index = edge_index
         self.num_src = num_src
         self.num_dst = num_dst
         self.num_edges: int = edge_index.size(1)
         self.device: torch.device = edge_index.device
+        self._edge_version = _version(edge_index)  # see cached()
         self._cache: dict[Any, Any] = {}
         self._weight_stamps: dict[Any, tuple[Tensor | None, int | None]] = {}  # see cached(weighted=True)
         self.edge_weight = edge_weight  # checked by the setter
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _FIXED and (name in self.__dict__ or name == "edge_index"):
+            raise AttributeError(f"Graph: {name} cannot be changed once the graph is built (its cached formats derive "
+                                 "from it); build a new Graph (only edge_weight may be replaced)")
+        object.__setattr__(self, name, value)
+
+    @property
+    def edge_index(self) -> Tensor:
+        """(2, E) int64 COO edges (row 0 = source, row 1 = target); fixed once built (see :meth:`cached`)."""
+        self._check_edges_unchanged()
+        return self._edge_index
+
+    def _check_edges_unchanged(self) -> None:
+        if self._edge_version is not None and self._edge_index._version != self._edge_version:
+            raise ValueError("Graph: edge_index was changed in place after the graph was built; its cached formats "
+                             "and degrees describe the old edges: build a new Graph from the new edge_index")
 
     @property
     def edge_weight(self) -> Tensor | None:
@@ -164,7 +193,14 @@ class Graph:
         replaced (or set or removed) or changed in place since (its version counter). Changes that counter does
         not see go unseen: in-place changes of an inference tensor (it has none) and writes through ``.data`` or
         a NumPy view (``.numpy()``); replace the weights, or change them with tensor operations, instead.
+
+        Raises:
+            ValueError: ``edge_index`` was changed in place since the graph was built (every cached value could
+                be stale, and the index ranges were checked on the old values).
         """
+        version = self._edge_version  # inline: on a small graph the host time of every call is what it costs
+        if version is not None and self._edge_index._version != version:
+            self._check_edges_unchanged()
         if weighted:
             if not self._stamp_current(key):
                 self._cache.pop(key, None)
@@ -229,6 +265,9 @@ class Graph:
     @torch.inference_mode(False)  # a graph moved during an inference pass may serve training later (see cached)
     def to(self, device: torch.device | str, non_blocking: bool = False) -> "Graph":
         """The same graph on ``device``; ``self`` when already there. Cached formats move along."""
+        if not isinstance(device, (torch.device, str, int)) or isinstance(device, bool):
+            hint = " (set graph.edge_weight to change the weights' dtype)" if isinstance(device, torch.dtype) else ""
+            raise TypeError(f"Graph.to: device must be a torch.device, str or int; got {device!r}{hint}")
         device = torch.device(device)
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
@@ -265,6 +304,7 @@ class Graph:
     def __setstate__(self, state: dict[str, Any]) -> None:
         weighted = state.pop("_weight_stamps")
         self.__dict__.update(state)
+        self._edge_version = _version(self._edge_index)  # a loaded tensor's counter starts afresh
         self._weight_stamps = {key: self._weight_stamp() for key in weighted}
 
     @classmethod

@@ -1,10 +1,13 @@
 """Graph construction, validation, cached formats, conversion, and the reference normalisation."""
 
+import pickle
+
 import pytest
 import torch
 from torch_geometric.data import Data
 from torch_geometric.nn.conv.gcn_conv import gcn_norm as pyg_gcn_norm
 
+import graphfuse
 from cases import GRAPH_CASES, make_graph_case, torch_row_schedule
 from graphfuse import Graph, aggregate
 from graphfuse.graph import (
@@ -325,3 +328,32 @@ def test_weighted_cache_entries_follow_the_weights_and_pickle():
     assert torch.equal(autograd._permuted(g, g.edge_weight, "csr"), g.edge_weight[g.csr.perm])
     again = pickle.loads(pickle.dumps(g))
     assert torch.equal(autograd._permuted(again, again.edge_weight, "csr"), g.edge_weight[g.csr.perm])
+
+
+def test_the_edges_are_fixed_once_built():
+    """Found by review: the Graph shares an int64 contiguous edge_index with the caller, and its sizes and
+    edge_index were plain attributes: an in-place rewrite or a reassignment left the cached CSR, degrees and GCN
+    normalisation describing the old edges (the reference then mixed live edges with cached degrees)."""
+    edge_index = torch.tensor([[1, 2], [0, 1]])
+    g = Graph(edge_index, num_nodes=3)
+    x = torch.eye(3)
+    before = graphfuse.aggregate(g, x, reduce="mean")
+    for name, value in (("edge_index", torch.tensor([[0], [1]])), ("num_src", 4), ("num_dst", 4), ("num_edges", 1),
+                        ("device", torch.device("meta"))):
+        with pytest.raises(AttributeError, match=f"Graph: {name} cannot be changed once the graph is built"):
+            setattr(g, name, value)
+    g.edge_weight = torch.ones(2)  # still allowed
+    g.edge_weight = None
+    edge_index[0, 0] = 0  # the caller's tensor, shared with the graph
+    for use in (lambda: graphfuse.aggregate(g, x, reduce="mean"), lambda: g.csr, lambda: gcn_norm(g)):
+        with pytest.raises(ValueError, match="Graph: edge_index was changed in place after the graph was built"):
+            use()
+    fresh = Graph(torch.tensor([[1, 2], [0, 1]]), num_nodes=3)
+    assert torch.equal(graphfuse.aggregate(fresh, x, reduce="mean"), before)
+    again = pickle.loads(pickle.dumps(fresh))  # a loaded tensor's version counter starts afresh
+    assert torch.equal(graphfuse.aggregate(again, x, reduce="mean"), before)
+    with torch.inference_mode():  # an inference tensor has no version counter
+        assert graphfuse.aggregate(Graph(torch.tensor([[1, 2], [0, 1]]), num_nodes=3), x, reduce="mean").shape == (3, 3)
+    with pytest.raises(TypeError, match=r"Graph.to: device must be a torch.device, str or int; got torch.float64 "
+                       r"\(set graph.edge_weight"):
+        fresh.to(torch.float64)

@@ -661,9 +661,9 @@ def test_tied_max_min_gradients_match_the_reference(backend, reduce):
     grad = torch.randn(300, 41, generator=gen, dtype=torch.float64)
     results = []
     for graph, device, name in ((g, "cpu", "reference"), (g.to("cuda"), "cuda", backend)):
-        xi, wi = x.to(device).requires_grad_(), w.to(device).requires_grad_()
+        xi, wi = x.to(device).clone().requires_grad_(), w.to(device).clone().requires_grad_()
         out = graphfuse.aggregate(graph, xi, wi, reduce, backend=name)
         out.backward(grad.to(device))
         results.append([t.cpu() for t in (out.detach(), xi.grad, wi.grad)])
-    for got, want in zip(results[1], results[0]):
-        assert torch.equal(got, want)
+    for got, want in zip(results[1], results[0]):  # sums of gradients may add in another order: not bitwise
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)

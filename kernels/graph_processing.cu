@@ -204,14 +204,15 @@ __device__ __forceinline__ W gp_degree(const IDX* cnt_in, const double* deg, con
   return (W)d;
 }
 
+// 0 where the degree is 0; NaN where it is negative (negative weights), as the reference and PyG give.
 template <typename W> __device__ __forceinline__ W gp_inv_sqrt(W d) {
-  return d > W(0) ? W(1) / sqrt(d) : W(0);
+  return d != W(0) ? W(1) / sqrt(d) : W(0);
 }
 
 // w / deg of the mean normalisation: 0 where the weights into the target sum to 0 (NaN or inf otherwise).
 template <typename W> __device__ __forceinline__ W gp_mean(W w, W d) { return d != W(0) ? w / d : W(0); }
 
-// Per-node factor of the normalisation: deg^-1/2 (GCN) or 1/deg (mean); 0 where deg is 0 (GCN: <= 0).
+// Per-node factor of the normalisation: deg^-1/2 (GCN) or 1/deg (mean); 0 where deg is 0.
 template <typename IDX, typename W, bool HAS_W, bool LOOPS, int NORM>
 __device__ __forceinline__ W gp_factor(const IDX* cnt_in, const double* deg, const IDX* loop_last, const W* w,
                                        i64 v, double fill) {

@@ -29,6 +29,9 @@ def add_remaining_self_loops(graph: Graph, fill_value: float = 1.0) -> Graph:
     weight = graph.edge_weight
     if weight is None:
         weight = torch.ones(graph.num_edges, device=graph.device)
+    if abs(fill_value) > torch.finfo(weight.dtype).max:  # torch.full raised a bare overflow RuntimeError
+        raise ValueError(f"add_remaining_self_loops: fill_value must fit the edge weights' {weight.dtype}; got "
+                         f"{fill_value!r}")
     loop_weight = torch.full((n,), fill_value, dtype=weight.dtype, device=graph.device)
     if graph.num_edges:  # each node's last self-loop (an index_put with repeated nodes picks any on CUDA, and
         # sends the gradient to every duplicate): a gather by position, no host sync

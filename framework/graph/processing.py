@@ -70,10 +70,12 @@ def _fused(op: str, graph: Graph, backend: str | None) -> Stage | None:
             raise ValueError(f"{op}: the fused stage does not differentiate edge weights, and graph.edge_weight "
                              "requires grad; use backend='reference' or 'auto'")
         return None
-    weight = graph.edge_weight
-    if weight is not None and weight.dtype not in (torch.float32, torch.float64):
+    weight = graph.edge_weight  # without weights, the values come in the default dtype
+    dtype = torch.get_default_dtype() if weight is None else weight.dtype
+    if dtype not in (torch.float32, torch.float64):
         if backend == "fused":
-            raise TypeError(f"{op}: the fused stage takes float32/float64 edge weights; got {weight.dtype} "
+            what = "edge weights" if weight is not None else "values (the default dtype, the graph being unweighted)"
+            raise TypeError(f"{op}: the fused stage takes float32/float64 {what}; got {dtype} "
                             "(use backend='reference' or 'auto')")
         return None
     stage = _STAGES.get(graph.device.type)
@@ -168,7 +170,7 @@ def process_graph(
 def build_formats(graph: Graph, *, backend: str | None = None) -> Graph:
     """Build (and cache on ``graph``) its CSR, CSC and CSR→CSC permutation, once; returns ``graph``."""
     _check_graph("build_formats", graph)
-    _check_backend("build_formats", backend)
+    _fused("build_formats", graph, backend)  # before the cache: a hit would skip process_graph's own check
     graph.cached(("processing", "formats"), lambda: process_graph(graph, backend=backend) is graph)  # a marker
     return graph
 
@@ -222,6 +224,8 @@ def process_gat(graph: Graph, *, add_self_loops: bool = True, backend: str | Non
     GATConv's key) with its formats built; ``graph`` itself (formats built) without self-loops."""
     check_bools("process_gat", add_self_loops=add_self_loops)
     if not add_self_loops:
+        _check_graph("process_gat", graph)
+        _fused("process_gat", graph, backend)
         return build_formats(graph, backend=backend)
     return _cached("process_gat", graph, backend, ("add_remaining_self_loops", 1.0),
                    lambda: add_remaining_self_loops(graph, 1.0, backend=backend))

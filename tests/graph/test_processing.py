@@ -344,3 +344,41 @@ def test_explicit_fused_is_refused_also_after_a_cached_reference_build(process):
     build(g, backend="reference")
     with pytest.raises(ValueError, match="no fused graph-processing stage runs on cpu"):
         build(g, backend="fused")
+
+
+def test_formats_and_loopless_gat_refuse_fused_also_after_a_cached_build():
+    """build_formats and process_gat(add_self_loops=False) served their cache marker to backend='fused' on CPU
+    after an earlier build, and process_gat's errors named build_formats (found by review)."""
+    g = processing_graph("isolated", True)
+    processing.build_formats(g)
+    for call, op in ((lambda: processing.build_formats(g, backend="fused"), "build_formats"),
+                     (lambda: processing.process_gat(g, add_self_loops=False, backend="fused"), "process_gat")):
+        with pytest.raises(ValueError, match=f"{op}: no fused graph-processing stage runs on cpu"):
+            call()
+    with pytest.raises(TypeError, match="process_gat: graph must be a graphfuse.Graph"):
+        processing.process_gat(g.edge_index, add_self_loops=False)
+
+
+def test_a_fill_value_the_weights_dtype_cannot_hold_is_refused():
+    g = processing_graph("isolated", True)
+    half = Graph(g.edge_index, num_nodes=g.num_nodes, edge_weight=g.edge_weight.half())
+    with pytest.raises(ValueError, match="add_remaining_self_loops: fill_value must fit the edge weights' "
+                       "torch.float16; got 100000.0"):
+        processing.add_remaining_self_loops(half, 1e5)  # a bare overflow RuntimeError before (review)
+    assert processing.add_remaining_self_loops(half, 6e4).edge_weight.dtype == torch.float16
+
+
+def test_unweighted_graphs_under_a_half_default_dtype_do_not_reach_the_fused_stage(monkeypatch):
+    """Its values come in the default dtype, which the fused stage cannot make in float16 (a TypeError about
+    value_dtype, an argument nobody passed; found by review). A fake stage stands in for CUDA's."""
+    calls = []
+    monkeypatch.setitem(processing._STAGES, "cpu", Stage(run=lambda *a: calls.append(a), is_available=lambda: True))
+    g = processing_graph("isolated", False)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float16)
+    try:
+        assert processing.gcn_norm(g).edge_weight.dtype == torch.float16 and calls == []
+        with pytest.raises(TypeError, match=r"gcn_norm: the fused stage takes float32/float64 values \(the default"):
+            processing.gcn_norm(g, backend="fused")
+    finally:
+        torch.set_default_dtype(previous)

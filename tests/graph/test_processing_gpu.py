@@ -94,6 +94,33 @@ def test_mean_norm_of_in_weights_summing_to_zero_is_zero(dtype):
     assert got.edge_weight.tolist() == [0.0, 0.5, 0.5, 0.0, 0.0]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_gcn_norm_of_a_negative_degree_is_nan_as_in_the_reference(dtype):
+    """The fused stage gave deg^-1/2 = 0 where a weighted in-degree is negative; the reference and PyG give NaN
+    (found by review)."""
+    g = Graph(torch.tensor([[0, 1, 2, 2], [1, 2, 0, 1]]), num_nodes=3,
+              edge_weight=torch.tensor([-3.0, 1.0, 1.0, 0.5], dtype=dtype))
+    want = norm.gcn_norm(as_float64(g), add_self_loops=False)
+    got = processing.gcn_norm(g.to("cuda"), add_self_loops=False, backend="fused")
+    assert want.edge_weight.isnan().any() and not want.edge_weight.isnan().all()
+    torch.testing.assert_close(got.edge_weight.cpu().double(), want.edge_weight, rtol=VALUE_RTOL[dtype], atol=1e-300,
+                               equal_nan=True)
+
+
+def test_unweighted_graphs_under_a_half_precision_default_dtype_take_the_reference():
+    """The fused stage makes an unweighted graph's values in the default dtype, which it cannot do in float16: a
+    TypeError about value_dtype, an argument the caller never passed (found by review)."""
+    g = processing_graph("isolated", False).to("cuda")
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float16)
+    try:
+        assert processing.gcn_norm(g).edge_weight.dtype == torch.float16
+        with pytest.raises(TypeError, match="gcn_norm: the fused stage takes float32/float64 values"):
+            processing.gcn_norm(g, backend="fused")
+    finally:
+        torch.set_default_dtype(previous)
+
+
 @pytest.mark.parametrize("name", ["isolated", "duplicates_loops", "giant_hub"])
 @pytest.mark.parametrize("weighted", [False, True])
 def test_self_loops_then_mean(name, weighted):

@@ -119,6 +119,12 @@ def _walk(graph: Graph, start: Tensor, walk_length: int, generator: torch.Genera
     return torch.stack(path, dim=1)
 
 
+def _endpoints(graph: Graph, nodes: Tensor) -> Tensor:
+    """(N,) bool: which nodes occur in ``nodes``; one pass over the edge list, no CSR/CSC (the node sampler, which
+    draws from the edge list, never builds them)."""
+    return torch.zeros(graph.num_nodes, dtype=torch.bool, device=graph.device).index_fill_(0, nodes, True)
+
+
 class _SaintSampler:
     """Shared by the three samplers: one subgraph from ``draw``."""
 
@@ -157,7 +163,7 @@ class SaintNodeSampler(_SaintSampler):
 
     def drawable(self, graph: Graph) -> Tensor:
         """Nodes with an out-edge: only edge sources are kept."""
-        return graph.out_degree > 0
+        return _endpoints(graph, graph.edge_index[0])
 
     def draw(self, graph: Graph, num_samples: int, generator: torch.Generator | None = None) -> Tensor:
         """Shapes: → (num_samples, budget) source nodes of the drawn edges."""
@@ -204,7 +210,7 @@ class SaintEdgeSampler(_SaintSampler):
 
     def drawable(self, graph: Graph) -> Tensor:
         """Nodes with an edge (either end): only edge endpoints are kept."""
-        return (graph.out_degree > 0) | (graph.in_degree > 0)
+        return _endpoints(graph, graph.edge_index.view(-1))
 
     def draw(self, graph: Graph, num_samples: int, generator: torch.Generator | None = None) -> Tensor:
         """Shapes: → (num_samples, 2·budget): sources of the drawn edges, then their targets."""

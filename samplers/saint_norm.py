@@ -355,12 +355,11 @@ def compute_saint_norm(
     seed = int(seed)
     if norm not in NORMS:
         raise ValueError(f"compute_saint_norm: norm must be one of {list(NORMS)}; got {norm!r}")
+    check_cache_dir("compute_saint_norm", cache_dir)
     if norm == "paper":
         if train_mask is None:
             raise ValueError("compute_saint_norm: norm='paper' samples from the training graph and needs train_mask")
         _check_train_mask("compute_saint_norm", graph, train_mask)
-    check_cache_dir("compute_saint_norm", cache_dir)
-    if norm == "paper":
         check_training_edges("compute_saint_norm", training_subgraph(graph, train_mask).graph, sampler)
     path = key = None
     if cache_dir is not None:

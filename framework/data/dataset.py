@@ -69,7 +69,7 @@ class NodeDataset:
     def _check_values(self, n: int) -> None:
         """The documented invariants on values (a custom loader's split leaking test nodes into training, or
         labels past num_classes, were taken as they came)."""
-        if isinstance(self.num_classes, bool) or not is_int(self.num_classes) or self.num_classes < 1:
+        if not is_int(self.num_classes) or self.num_classes < 1:
             raise ValueError(f"NodeDataset: num_classes must be an int >= 1; got {self.num_classes!r}")
         if self.edge_index.numel() and (int(self.edge_index.min()) < 0 or int(self.edge_index.max()) >= n):
             raise ValueError(f"NodeDataset: edge_index ids must lie in [0, N={n}); got [{int(self.edge_index.min())}, "

@@ -71,6 +71,12 @@ def mirror_dir(relative: str) -> Path | None:
     return path if path.is_dir() else None
 
 
+def _complete_mirror(relative: str, file_names: list[str]) -> Path | None:
+    """The mirror folder ``relative`` when it holds every one of ``file_names``, else None."""
+    source = mirror_dir(relative)
+    return source if source is not None and all((source / f).is_file() for f in file_names) else None
+
+
 def mirror_hint(relative: str, file_names: list[str] = ()) -> str:
     """The end of a missing- or unreadable-files message: how to point the mirror at ``relative``, or, when the
     variable is already set, whether its folder holds every one of ``file_names`` (then the files at hand are
@@ -78,8 +84,7 @@ def mirror_hint(relative: str, file_names: list[str] = ()) -> str:
     env = os.environ.get(MIRROR_ENV)
     if not env:
         return f"or set ${MIRROR_ENV} to a folder holding {relative}/"
-    source = mirror_dir(relative)
-    if file_names and source is not None and all((source / f).is_file() for f in file_names):
+    if file_names and _complete_mirror(relative, file_names) is not None:
         return f"they are copies of ${MIRROR_ENV}={env}'s {relative}/ files"
     return f"${MIRROR_ENV}={env} is set but holds no complete {relative}/ folder"
 
@@ -95,8 +100,8 @@ def copy_from_mirror(relative: str, dest: Path, file_names: list[str]) -> bool:
     Returns:
         True when every file of ``file_names`` is in ``dest`` afterwards.
     """
-    source = mirror_dir(relative)
-    if source is None or not all((source / f).is_file() for f in file_names):
+    source = _complete_mirror(relative, file_names)
+    if source is None:
         return all((dest / f).is_file() for f in file_names)
     dest.mkdir(parents=True, exist_ok=True)
     for f in file_names:

@@ -53,6 +53,10 @@ def _planetoid_class() -> type:
     return _Planetoid
 
 
+def _has_files(folder: Path) -> bool:
+    return folder.is_dir() and any(folder.iterdir())
+
+
 def _load(root: Path, folder: Path, download: bool) -> Any:
     """Cora's PyG ``Data``, with the raw files copied from the mirror first and unreadable processed files
     rebuilt (see the module docstring)."""
@@ -64,7 +68,7 @@ def _load(root: Path, folder: Path, download: bool) -> Any:
             f"{mirror_hint('planetoid/Cora/raw')}", raw_dir)
     planetoid = _planetoid_class()
     processed = folder / "processed"
-    had_processed = processed.is_dir() and any(processed.iterdir())
+    had_processed = _has_files(processed)
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -81,7 +85,7 @@ def _load(root: Path, folder: Path, download: bool) -> Any:
                 raise
             except Exception as again:
                 exc = again
-        if processed.is_dir() and any(processed.iterdir()):  # processed, then failed to load what it wrote
+        if _has_files(processed):  # processed, then failed to load what it wrote
             raise DatasetNotFoundError(
                 f"cora: processed the raw files in {raw_dir} but cannot load the processed files it wrote in "
                 f"{processed} ({type(exc).__name__}: {exc}); is torch-geometric older than this package needs?",

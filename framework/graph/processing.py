@@ -169,8 +169,13 @@ def process_graph(
 
 def build_formats(graph: Graph, *, backend: str | None = None) -> Graph:
     """Build (and cache on ``graph``) its CSR, CSC and CSR→CSC permutation, once; returns ``graph``."""
-    _check_graph("build_formats", graph)
-    _fused("build_formats", graph, backend)  # before the cache: a hit would skip process_graph's own check
+    return _formats("build_formats", graph, backend)
+
+
+def _formats(op: str, graph: Graph, backend: str | None) -> Graph:
+    """:func:`build_formats`, its errors naming ``op``."""
+    _check_graph(op, graph)
+    _fused(op, graph, backend)  # before the cache: a hit would skip process_graph's own check
     graph.cached(("processing", "formats"), lambda: process_graph(graph, backend=backend) is graph)  # a marker
     return graph
 
@@ -224,9 +229,7 @@ def process_gat(graph: Graph, *, add_self_loops: bool = True, backend: str | Non
     GATConv's key) with its formats built; ``graph`` itself (formats built) without self-loops."""
     check_bools("process_gat", add_self_loops=add_self_loops)
     if not add_self_loops:
-        _check_graph("process_gat", graph)
-        _fused("process_gat", graph, backend)
-        return build_formats(graph, backend=backend)
+        return _formats("process_gat", graph, backend)
     return _cached("process_gat", graph, backend, ("add_remaining_self_loops", 1.0),
                    lambda: add_remaining_self_loops(graph, 1.0, backend=backend))
 

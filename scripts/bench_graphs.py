@@ -1,7 +1,7 @@
 """Benchmark graphs shared by the bench_*.py scripts: the MatrixMarket / edge-list files of ../shared/datasets
 (carried as .benchdata) and the RMAT family of graphfuse.data.synthetic.rmat_graph; ``interleaved_samples``,
 the scripts' timing loop; and ``write_report``, how every script writes its JSON and markdown (with the git
-commit measured).
+commit measured and the versions).
 
 Shapes:
     every function returns ``(edge_index (2, E) int64 on device, num_nodes)``; graphs are symmetrised and
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -41,13 +42,13 @@ def interleaved_samples(calls: dict[str, Callable[[], object]], repeats: int,
         except torch.cuda.OutOfMemoryError:
             torch.cuda.empty_cache()
             samples[name] = None
-    per_round = -(-repeats // rounds)
-    for _ in range(rounds):
+    for r in range(rounds):  # exactly ``repeats`` runs, spread as evenly as the rounds allow
+        runs = repeats // rounds + (r < repeats % rounds)
         for name, fn in calls.items():
-            if samples[name] is None:
+            if samples[name] is None or not runs:
                 continue
             try:
-                samples[name] += sample(fn, per_round)
+                samples[name] += sample(fn, runs)
             except torch.cuda.OutOfMemoryError:
                 torch.cuda.empty_cache()
                 samples[name] = None
@@ -89,12 +90,28 @@ def git_commit() -> str:
         return "unknown"
 
 
+def measured_commit() -> str:
+    """The commit a measurement is recorded under: ``$GRAPHFUSE_COMMIT`` when set (for a copy of the tree whose
+    git metadata is missing or stale, as on a lent GPU machine), else :func:`git_commit`."""
+    return os.environ.get("GRAPHFUSE_COMMIT") or git_commit()
+
+
+def versions() -> dict[str, str | None]:
+    """The versions a measurement depends on: Python, torch, its CUDA and CuPy (None where absent)."""
+    try:
+        import cupy
+    except ImportError:
+        cupy = None
+    return {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
+            "cupy": None if cupy is None else cupy.__version__}
+
+
 def write_report(report: dict, out: Path, md: Path, markdown: Callable[[dict], str]) -> None:
     """Write ``report`` as JSON to ``out`` and ``markdown(report)`` to ``md``, creating their folders; both record
-    the git commit measured (``report["commit"]``, set here when the script did not): ``$GRAPHFUSE_COMMIT`` when
-    set (for a copy of the tree whose git metadata is missing or stale, as on a lent GPU machine), else
-    :func:`git_commit`."""
-    report.setdefault("commit", os.environ.get("GRAPHFUSE_COMMIT") or git_commit())
+    the git commit measured (``report["commit"]``, set here to :func:`measured_commit` when the script did not).
+    The JSON also records :func:`versions` (``report["versions"]``)."""
+    report.setdefault("commit", measured_commit())
+    report.setdefault("versions", versions())
     for path in (out, md):
         path.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1) + "\n")

@@ -2,7 +2,7 @@
 
 Graphs: Facebook Page-Page (``graphfuse.data.load_dataset("facebook")``, 22,470 nodes) and an RMAT graph of
 scale 21 (2,097,152 nodes; 63M edges drawn with a=0.57, b=c=0.19, symmetrised, deduplicated, ids permuted;
-~121.6M directed edges; 100 random features), generated on the fastest device present.
+~116.2M directed edges; 100 random features), generated on the fastest device present.
 
 Samplers (issue 5's acceptance settings): GraphSAINT random walk (6,000 roots, walk length 2), node (budget
 6,000), edge (budget 4,000), and neighbour sampling (fan-outs [15, 10, 5], 1,024 seeds from the training nodes,
@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import statistics
 import time
 from collections.abc import Callable
@@ -40,7 +39,7 @@ import torch
 import torch.nn.functional as F
 
 import graphfuse
-from bench_graphs import git_commit, write_report
+from bench_graphs import measured_commit, versions, write_report
 from graphfuse.data import load_dataset
 from graphfuse.data.synthetic import rmat_graph
 from graphfuse.nn import GraphSAGE
@@ -293,9 +292,8 @@ def main() -> None:
             if device.startswith("cuda"):
                 torch.cuda.empty_cache()
 
-    meta = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "torch": torch.__version__, "cuda": torch.version.cuda,
-            "commit": os.environ.get("GRAPHFUSE_COMMIT") or git_commit()}
+    meta = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), **versions(),
+            "commit": measured_commit()}
     report = merge(args.out, results, meta)
     write_report(report, args.out, args.md, markdown)
     print(f"wrote {args.out} and {args.md}")

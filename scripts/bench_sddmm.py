@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,7 +27,7 @@ import torch
 
 import graphfuse
 from bench_graphs import write_report
-from bench_spmm import fmt, geomean, graph_specs, time_ms
+from bench_spmm import fmt, fmt_ratio, geomean, graph_specs, time_ms
 from graphfuse.kernels import gar as gar_kernels
 
 KS = [32, 64, 128]
@@ -36,7 +37,9 @@ MAX_REL_ERR = 1e-4  # float32 dot products against float64, relative to the larg
 def max_rel_err(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, src: torch.Tensor, dst: torch.Tensor,
                 chunk: int = 1 << 22) -> float:
     """max |out - ref| / max |ref| against the float64 dot products, computed in edge chunks (the full
-    float64 gathers of a 79M-edge graph would not fit)."""
+    float64 gathers of a 79M-edge graph would not fit); NaN when any output is not finite."""
+    if not bool(torch.isfinite(out).all()):
+        return math.nan
     err = peak = 0.0
     for lo in range(0, src.numel(), chunk):
         ref = (a[dst[lo:lo + chunk]].double() * b[src[lo:lo + chunk]].double()).sum(-1)
@@ -102,6 +105,11 @@ def bench_graph(name: str, ei: torch.Tensor, n: int, ks: list[int], repeats: int
     return record
 
 
+def fmt_err(err: float | None) -> str:
+    """An output's error in a table cell (None: the contestant ran out of memory before it could be checked)."""
+    return "OOM" if err is None else f"{err:.1e}"
+
+
 def markdown(report: dict) -> str:
     lines = [f"# SDDMM benchmark ({report['device']})", "",
              f"torch {report['torch']}, {report['date']}. fp32, median of {report['repeats']} CUDA-event-timed "
@@ -111,10 +119,11 @@ def markdown(report: dict) -> str:
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for gr in report["graphs"]:
         for k, r in gr["results"].items():
-            ms = r["ms"]
-            lines.append(f"| {gr['name']} | {gr['nodes']:,} | {gr['nnz']:,} | {k} | {fmt(ms['hp_sddmm'])} | "
-                         f"{fmt(ms['gar_sddmm'])} | {fmt(ms.get('cusparse'))} | {fmt(r.get('speedup_vs_cusparse'), 2)} | "
-                         f"{fmt(ms['pytorch'])} | {fmt(r['speedup_vs_pytorch'], 2)} | {r['max_rel_err_vs_fp64']:.1e} |")
+            def cell(c):
+                return "WRONG" if c in r.get("wrong", []) else fmt(r["ms"].get(c))
+            lines.append(f"| {gr['name']} | {gr['nodes']:,} | {gr['nnz']:,} | {k} | {cell('hp_sddmm')} | "
+                         f"{cell('gar_sddmm')} | {cell('cusparse')} | {fmt_ratio(r.get('speedup_vs_cusparse'))} | "
+                         f"{cell('pytorch')} | {fmt_ratio(r['speedup_vs_pytorch'])} | {fmt_err(r['max_rel_err_vs_fp64'])} |")
     lines += ["", "## Summary", ""]
     wrong = [f"{gr['name']} K={k} {c}" for gr in report["graphs"] for k, r in gr["results"].items()
              for c in r.get("wrong", [])]
@@ -122,8 +131,8 @@ def markdown(report: dict) -> str:
                  (f"WRONG, left out of the timings: {', '.join(wrong)}" if wrong else "all correct"))
     for k, bases in report["summary"].items():
         for base, (gm, worst, cells) in bases.items():
-            lines.append(f"- K={k}: HP-SDDMM vs {base} on the RMAT graphs, geometric mean {fmt(gm, 2)}x, worst "
-                         f"{fmt(worst, 2)}x ({cells})")
+            lines.append(f"- K={k}: HP-SDDMM vs {base} on the RMAT graphs, geometric mean {fmt_ratio(gm)}x, worst "
+                         f"{fmt_ratio(worst)}x ({cells})")
     return "\n".join(lines) + "\n"
 
 

@@ -402,16 +402,24 @@ def speedup(ms: dict, name: str, cold: bool = False) -> float | None:
     return base / ms[name] if (base and ms.get(name)) else None
 
 
+def why_missing(row: dict, name: str, timing: str = "ms") -> str:
+    """Why a cell of ``row`` has no ratio for ``name``: a contestant left out for a wrong output, or a time
+    missing (out of memory; not capturable when replayed)."""
+    if name in row.get("output_problems", {}) or "cusparse" in row.get("output_problems", {}):
+        return "wrong output"
+    return "not capturable or out of memory" if timing == "graph_replay_ms" else "out of memory"
+
+
 def speedup_summary(graphs: list[dict], name: str, ks: tuple[str, ...], prefixes: tuple[str, ...] = ("",),
                     timing: str = "ms", cold: bool = False) -> dict:
     """``name`` against cuSPARSE (times under ``timing``: "ms" eager, "graph_replay_ms" replayed; the cold
     baseline with ``cold``) over the graphs whose name starts with one of ``prefixes``, at the widths ``ks``:
     geometric mean per K and over all those cells, the worst cell, the graphs and the number of cells covered,
-    and the cells left out because a time is missing (out of memory, or not capturable)."""
-    cells = [(speedup(gr["results"][k].get(timing, {}), name, cold), gr["name"], int(k)) for gr in graphs
-             if gr["name"].startswith(prefixes) for k in ks if k in gr["results"]]
-    missing = [f"{graph} K={k}" for ratio, graph, k in cells if not ratio]
-    cells = [c for c in cells if c[0]]
+    and the cells left out because a time is missing (see :func:`why_missing`)."""
+    cells = [(speedup(gr["results"][k].get(timing, {}), name, cold), gr["name"], int(k), gr["results"][k])
+             for gr in graphs if gr["name"].startswith(prefixes) for k in ks if k in gr["results"]]
+    missing = [f"{graph} K={k} ({why_missing(row, name, timing)})" for ratio, graph, k, row in cells if not ratio]
+    cells = [c[:3] for c in cells if c[0]]
     worst = min(cells, default=None)
     return {"geomean_per_k": {k: geomean([c[0] for c in cells if c[2] == int(k)]) for k in ks},
             "geomean": geomean([c[0] for c in cells]),
@@ -423,8 +431,9 @@ def summarise(graphs: list[dict]) -> dict:
     ge = speedup_summary(graphs, "gespmm", GE_KS)
     summary: dict = {"geomean_speedup_vs_cusparse": ge["geomean_per_k"], "worst_cell": ge["worst_cell"],
                      "cells": ge["cells"], "missing": ge["missing"], "mean_over_sum": [], "max_over_sum": []}
-    summary["graph_replay_geomean_speedup_vs_cusparse"] = speedup_summary(
-        graphs, "gespmm", GE_KS, timing="graph_replay_ms")["geomean_per_k"]
+    replay = speedup_summary(graphs, "gespmm", GE_KS, timing="graph_replay_ms")
+    summary["graph_replay_geomean_speedup_vs_cusparse"] = replay["geomean_per_k"]
+    summary["graph_replay_cells"], summary["graph_replay_missing"] = replay["cells"], replay["missing"]
     summary["hpspmm"] = speedup_summary(graphs, "hpspmm", HP_KS, prefixes=("subgraph", "RMAT"))
     summary["cold"] = {"gespmm": speedup_summary(graphs, "gespmm_cold", GE_KS, cold=True),
                        "hpspmm": speedup_summary(graphs, "hpspmm_cold", HP_KS, prefixes=("subgraph", "RMAT"),
@@ -433,30 +442,39 @@ def summarise(graphs: list[dict]) -> dict:
                      for gr in graphs if gr["name"].startswith("RMAT s18 57M")}
     summary["es_kept_fraction"] = {gr["name"]: gr.get("es_kept_fraction") for gr in graphs
                                    if gr["name"].startswith("RMAT s18 57M")}
-    for gr in graphs:
-        for k, row in gr["results"].items():
-            ms = row["ms"]
-            if ms.get("gespmm"):
-                for key, name in (("mean_over_sum", "gespmm_mean"), ("max_over_sum", "gespmm_max")):
-                    if ms.get(name):
-                        summary[key].append(ms[name] / ms["gespmm"])
-    for key in ("mean_over_sum", "max_over_sum"):
-        vals = summary[key]
-        summary[key] = {"max": max(vals), "geomean": geomean(vals)} if vals else None
+    cells = [gr["results"][k]["ms"] for gr in graphs for k in gr["results"]]
+    for key, name in (("mean_over_sum", "gespmm_mean"), ("max_over_sum", "gespmm_max")):
+        vals = [ms[name] / ms["gespmm"] for ms in cells if ms.get("gespmm") and ms.get(name)]
+        summary[key] = {"max": max(vals), "geomean": geomean(vals), "cells": len(vals),
+                        "of": len(cells)} if vals else None
     return summary
 
 
 def fmt(v: float | None, digits: int = 3) -> str:
+    """A time (None: out of memory) with ``digits`` decimals."""
     return "OOM" if v is None else f"{v:.{digits}f}"
+
+
+def fmt_ratio(v: float | None) -> str:
+    """A ratio to two decimals, "–" when a time it needs is missing."""
+    return "–" if v is None else f"{v:.2f}"
+
+
+def fmt_ms(row: dict, name: str, timing: str = "ms") -> str:
+    """``name``'s time in a table cell: WRONG for a contestant left out for its output, OOM for one that ran out
+    of memory (or, replayed, could not be captured)."""
+    if name in row.get("output_problems", {}):
+        return "WRONG"
+    return fmt(row.get(timing, {}).get(name))
 
 
 def ratio_lines(label: str, summ: dict) -> list[str]:
     """One summary line for a :func:`speedup_summary` (none when it has no cell)."""
     if not summ.get("geomean"):
         return []
-    per_k = ", ".join(f"K={k} {fmt(v, 2)}x" for k, v in summ["geomean_per_k"].items())
+    per_k = ", ".join(f"K={k} {fmt_ratio(v)}x" for k, v in summ["geomean_per_k"].items())
     w = summ["worst_cell"]
-    left_out = f"; left out (a time missing): {', '.join(summ['missing'])}" if summ.get("missing") else ""
+    left_out = f"; left out: {', '.join(summ['missing'])}" if summ.get("missing") else ""
     return [f"- {label} ({', '.join(summ['graphs'])}; {summ['cells']} cells), geometric mean {summ['geomean']:.2f}x "
             f"({per_k}); worst cell {w['speedup']:.2f}x on {w['graph']} at K={w['K']}{left_out}"]
 
@@ -474,9 +492,9 @@ def cold_lines(report: dict) -> list[str]:
             ms = row["ms"]
             if "gespmm_cold" not in ms:
                 continue
-            lines.append(f"| {gr['name']} | {k} | {fmt(ms['cusparse_cold'])} | {fmt(ms['cusparse_cold_coo'])} | "
-                         f"{fmt(ms['gespmm_cold'])} | {fmt(speedup(ms, 'gespmm_cold', cold=True), 2)} | "
-                         f"{fmt(ms['hpspmm_cold'])} | {fmt(speedup(ms, 'hpspmm_cold', cold=True), 2)} |")
+            lines.append(f"| {gr['name']} | {k} | {fmt_ms(row, 'cusparse_cold')} | {fmt_ms(row, 'cusparse_cold_coo')} | "
+                         f"{fmt_ms(row, 'gespmm_cold')} | {fmt_ratio(speedup(ms, 'gespmm_cold', cold=True))} | "
+                         f"{fmt_ms(row, 'hpspmm_cold')} | {fmt_ratio(speedup(ms, 'hpspmm_cold', cold=True))} |")
     cold = report["summary"]["cold"]
     return [*lines, "", *ratio_lines("GE-SpMM cold vs cuSPARSE cold", cold["gespmm"]),
             *ratio_lines("HP-SpMM cold vs cuSPARSE cold on the subgraph-sized and RMAT graphs", cold["hpspmm"])]
@@ -521,30 +539,34 @@ def markdown(report: dict) -> str:
     for gr in report["graphs"]:
         for k, row in gr["results"].items():
             ms = row["ms"]
-            replay = row.get("graph_replay_ms", {})
+            gflops, floor = row["gflops"]["gespmm"], row["floor_fraction"]["gespmm"]
             lines.append(
-                f"| {gr['name']} | {gr['nodes']:,} | {gr['nnz']:,} | {k} | {fmt(ms['cusparse'])} | "
-                f"{fmt(ms['gespmm'])} | {fmt(speedup(ms, 'gespmm'), 2)} | {fmt(ms['gespmm_mean'])} | "
-                f"{fmt(ms['gespmm_max'])} | {fmt(ms['gar'])} | {fmt(ms['gas'])} | {fmt(ms.get('hpspmm'))} | "
-                f"{fmt(speedup(ms, 'hpspmm'), 2)} | {fmt(ms.get('es64'))} | {fmt(speedup(ms, 'es64'), 2)} | "
-                f"{fmt(ms['pyg'])} | {fmt(row['gflops']['gespmm'], 0)} | {fmt(row['floor_fraction']['gespmm'], 2)} | "
-                f"{fmt(replay.get('cusparse'))} | {fmt(replay.get('gespmm'))} | {fmt(replay.get('hpspmm'))} |"
+                f"| {gr['name']} | {gr['nodes']:,} | {gr['nnz']:,} | {k} | {fmt_ms(row, 'cusparse')} | "
+                f"{fmt_ms(row, 'gespmm')} | {fmt_ratio(speedup(ms, 'gespmm'))} | {fmt_ms(row, 'gespmm_mean')} | "
+                f"{fmt_ms(row, 'gespmm_max')} | {fmt_ms(row, 'gar')} | {fmt_ms(row, 'gas')} | {fmt_ms(row, 'hpspmm')} | "
+                f"{fmt_ratio(speedup(ms, 'hpspmm'))} | {fmt_ms(row, 'es64')} | {fmt_ratio(speedup(ms, 'es64'))} | "
+                f"{fmt_ms(row, 'pyg')} | {'–' if gflops is None else f'{gflops:.0f}'} | {fmt_ratio(floor)} | "
+                + " | ".join(fmt_ms(row, c, "graph_replay_ms") for c in REPLAYED) + " |"
             )
     s = report["summary"]
     lines += ["", "## Summary", ""]
     for k, v in s["geomean_speedup_vs_cusparse"].items():
-        lines.append(f"- GE-SpMM sum vs cuSPARSE, geometric mean at K={k}: {fmt(v, 2)}x")
+        lines.append(f"- GE-SpMM sum vs cuSPARSE, geometric mean at K={k}: {fmt_ratio(v)}x")
     if "cells" in s:
-        left_out = f"; left out (a time missing): {', '.join(s['missing'])}" if s["missing"] else ""
+        left_out = f"; left out: {', '.join(s['missing'])}" if s["missing"] else ""
         lines.append(f"- those geometric means cover {s['cells']} cells{left_out}")
     for k, v in s.get("graph_replay_geomean_speedup_vs_cusparse", {}).items():
-        lines.append(f"- same, both captured in a CUDA graph and replayed (GPU time only), K={k}: {fmt(v, 2)}x")
+        lines.append(f"- same, both captured in a CUDA graph and replayed (GPU time only), K={k}: {fmt_ratio(v)}x")
+    if "graph_replay_cells" in s:
+        left_out = f"; left out: {', '.join(s['graph_replay_missing'])}" if s["graph_replay_missing"] else ""
+        lines.append(f"- the replayed geometric means cover {s['graph_replay_cells']} cells{left_out}")
     if s["worst_cell"]:
         w = s["worst_cell"]
         lines.append(f"- worst cell (K in 64/128/256): {w['speedup']:.2f}x on {w['graph']} at K={w['K']}")
     for key in ("mean_over_sum", "max_over_sum"):
         if s[key]:
-            lines.append(f"- {key.replace('_', ' ')}: max {s[key]['max']:.2f}, geomean {s[key]['geomean']:.2f}")
+            cover = f" ({s[key]['cells']} of {s[key]['of']} cells)" if "cells" in s[key] else ""
+            lines.append(f"- {key.replace('_', ' ')}: max {s[key]['max']:.2f}, geomean {s[key]['geomean']:.2f}{cover}")
     if s.get("hpspmm"):
         lines += ratio_lines("HP-SpMM vs cuSPARSE on the subgraph-sized and RMAT graphs", s["hpspmm"])
     for name, per_k in s.get("es", {}).items():
@@ -552,7 +574,7 @@ def markdown(report: dict) -> str:
         work = f"it keeps {kept:.0%} of the entries, " if kept else ""
         lines.append(f"- ES-SpMM S={ES_WIDTH} (random) vs exact cuSPARSE on {name} ({work}at most {ES_WIDTH} per row: "
                      "an approximation, so this is less work, not a faster exact SpMM): " + ", ".join(
-                         f"K={k} {fmt(v, 2)}x" for k, v in per_k.items()))
+                         f"K={k} {fmt_ratio(v)}x" for k, v in per_k.items()))
     wrong = [f"{gr['name']} K={k} {c}" for gr in report["graphs"] for k, row in gr["results"].items()
              for c in row.get("output_problems", {})]
     lines.append("- outputs checked before timing (sums within the float32 bound of cuSPARSE, max against the "

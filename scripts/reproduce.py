@@ -38,7 +38,9 @@ def variants(experiment: str, model: str, pyg: bool) -> list[tuple[str, list[str
 
 
 def summarize(name: str, experiment: str, runs: list[dict[str, Any]], overrides: list[str]) -> dict[str, Any]:
-    """One accuracy.json entry from the metrics.json contents of ``runs`` (one per seed)."""
+    """One accuracy.json entry from the metrics.json contents of ``runs`` (one per seed), with the commit run."""
+    from bench_graphs import measured_commit
+
     test = [r["test"]["acc"] for r in runs]
     return {
         "name": name,
@@ -59,6 +61,7 @@ def summarize(name: str, experiment: str, runs: list[dict[str, Any]], overrides:
         "device": runs[0]["device"],
         "versions": runs[0]["versions"],
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "commit": measured_commit(),
     }
 
 
@@ -94,7 +97,8 @@ def markdown(results: dict[str, dict[str, Any]]) -> str:
     for name in sorted(results):
         r = results[name]
         twin = results.get(f"{name}_pyg")
-        same = twin is not None and _settings(twin) == _settings(r)  # else Δ compared other hyper-parameters
+        # else Δ compared other hyper-parameters, seeds or devices
+        same = twin is not None and all(twin[k] == r[k] for k in ("seeds", "device")) and _settings(twin) == _settings(r)
         delta = f"{(r['mean'] - twin['mean']) * 100:+.2f}" if same else ""
         lines.append(
             f"| {name} | {r['model']} | {r['dataset']} | {len(r['seeds'])} | "

@@ -107,3 +107,88 @@ def test_bench_spmm_cold_baseline(monkeypatch):
     assert bench.speedup(ms, "hpspmm_cold", cold=True) is None
     assert bench.speedup({"cusparse": 1.0, "cusparse_cold": 4.0, "cusparse_cold_coo": None, "gespmm_cold": 2.0},
                          "gespmm_cold", cold=True) == 2.0
+
+
+@pytest.fixture
+def scripts(monkeypatch):
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    return lambda name: importlib.import_module(name)
+
+
+DOCS = SCRIPTS.parent / "docs" / "benchmarks"
+
+
+def test_bench_spmm_report_says_why_a_time_is_missing(scripts):
+    """A contestant left out for a wrong output was shown as OOM and summarised as 'a time missing'; a width
+    with no ratio printed 'OOMx'; the replayed geomeans never said how many cells they cover (review)."""
+    bench = scripts("bench_spmm")
+    report = json.loads((DOCS / "spmm.json").read_text())
+    cora = report["graphs"][0]
+    row = cora["results"]["64"]
+    row["output_problems"] = {"gespmm": "max excess 1e-3"}
+    row["ms"]["gespmm"] = row["gflops"]["gespmm"] = row["floor_fraction"]["gespmm"] = None
+    row["graph_replay_ms"]["gespmm"] = None
+    cora["results"]["128"]["ms"]["cusparse"] = None  # out of memory
+    report["summary"] = bench.summarise(report["graphs"])
+    assert report["summary"]["missing"] == ["cora.mtx K=64 (wrong output)", "cora.mtx K=128 (out of memory)"]
+    assert report["summary"]["graph_replay_missing"] == ["cora.mtx K=64 (wrong output)"]
+    md = bench.markdown(report)
+    line = next(ln for ln in md.splitlines() if ln.startswith("| cora.mtx | 2,708 | 13,264 | 64 |"))
+    assert "| WRONG | – |" in line and "OOM" not in line
+    assert "- those geometric means cover 25 cells; left out: cora.mtx K=64 (wrong output), cora.mtx K=128 " \
+           "(out of memory)" in md
+    assert "- the replayed geometric means cover 26 cells; left out: cora.mtx K=64 (wrong output)" in md
+    only_32 = [{**gr, "results": {"32": gr["results"]["32"]}} for gr in report["graphs"]]
+    assert "geometric mean at K=64: –x" in bench.markdown({**report, "summary": bench.summarise(only_32)})
+
+
+def test_bench_sddmm_nan_output_is_wrong_and_an_oom_is_reported(scripts):
+    """max_rel_err dropped NaN (Python's max(0.0, nan) is 0.0), so a NaN output passed the check; an
+    out-of-memory HP-SDDMM made the markdown raise, losing the table and the graphs after it (review)."""
+    import torch
+
+    bench = scripts("bench_sddmm")
+    gen = torch.Generator().manual_seed(0)
+    a, b = torch.randn(6, 5, generator=gen), torch.randn(6, 5, generator=gen)
+    src, dst = torch.tensor([0, 1, 2, 5]), torch.tensor([1, 2, 3, 0])
+    out = (a[dst] * b[src]).sum(-1)
+    assert bench.max_rel_err(out, a, b, src, dst) < 1e-6
+    for bad in (0, slice(None)):
+        poisoned = out.clone()
+        poisoned[bad] = float("nan")
+        assert not bench.max_rel_err(poisoned, a, b, src, dst) <= bench.MAX_REL_ERR
+    report = json.loads((DOCS / "sddmm.json").read_text())
+    row = report["graphs"][0]["results"]["32"]
+    row["ms"]["hp_sddmm"] = row["max_rel_err_vs_fp64"] = row["speedup_vs_cusparse"] = row["speedup_vs_pytorch"] = None
+    line = next(ln for ln in bench.markdown(report).splitlines() if ln.startswith("| cora.mtx |"))
+    assert line == "| cora.mtx | 2,708 | 13,264 | 32 | OOM | 0.089 | 0.148 | – | 0.093 | – | OOM |"
+
+
+def test_interleaved_samples_takes_exactly_the_runs_asked_for(scripts, monkeypatch):
+    """Rounds of ceil(repeats / rounds) took 24 samples for --repeats 21 while the report said 21 (review)."""
+    import torch
+
+    bench = scripts("bench_graphs")
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    for repeats in (1, 20, 21, 30, 40):
+        got = bench.interleaved_samples({"a": lambda: None, "b": lambda: None}, repeats,
+                                        lambda fn, n: [0.0] * n, rounds=4, warmup=0)
+        assert [len(v) for v in got.values()] == [repeats, repeats]
+
+
+def test_bench_graph_processing_acceptance_depends_on_correctness(scripts):
+    """PASS never depended on the outputs: a processed graph of another structure, or attention coefficients
+    far from float64, still read PASS; full-graph Facebook's check sat under the graph before it (review)."""
+    bench = scripts("bench_graph_processing")
+    report = json.loads((DOCS / "graph_processing.json").read_text())
+    cora = next(gr for gr in report["graphs"] if gr["name"] == "cora")
+    att = cora["results"]["gat_attention_fwd"]
+    att["max_abs_err_vs_fp64"] = {"ours": 1e-7, "pyg": 2e-7}
+    line = bench.correctness(cora)
+    assert line.startswith("- cora: ") and line.count("PASS") == 2 and "FAIL" not in line
+    att["max_abs_err_vs_fp64"] = {"ours": 3e-6, "pyg": 1e-6}
+    assert bench.correctness(cora).endswith("FAIL)")
+    cora["results"]["gcn"]["check"]["structure_equal"] = False
+    assert "True" not in bench.correctness(cora) and bench.correctness(cora).count("FAIL") == 2
+    lines = bench.acceptance(report["graphs"])
+    assert sum(ln.startswith("- facebook: ") for ln in lines) == 1

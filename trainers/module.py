@@ -135,12 +135,14 @@ class NodeClassifier(pl.LightningModule):
             metric.update(pred, target)
             self.log(f"{stage}/{name}", metric, prog_bar=stage == "val" and name == "acc", batch_size=rows, **log)
         if self.evaluator is not None and rows:
-            result = self.evaluator.eval(
-                {"y_true": target.unsqueeze(-1).cpu(), "y_pred": pred.unsqueeze(-1).cpu()}
-            )
-            metric = self.evaluator.eval_metric
-            self.log(f"{stage}/ogb_{metric}", float(result[metric]), batch_size=rows, **log)
+            self.log(*self._ogb_score(stage, pred, target), batch_size=rows, **log)
         return loss
+
+    def _ogb_score(self, stage: str, pred: Tensor, target: Tensor) -> tuple[str, float]:
+        """ogb's official metric of ``pred`` against ``target``: its name (``{stage}/ogb_<metric>``) and value."""
+        result = self.evaluator.eval({"y_true": target.unsqueeze(-1).cpu(), "y_pred": pred.unsqueeze(-1).cpu()})
+        metric = self.evaluator.eval_metric
+        return f"{stage}/ogb_{metric}", float(result[metric])
 
     def training_step(self, batch: FullGraphBatch | Batch, batch_idx: int) -> Tensor | None:
         return self._shared_step(batch, "train")
@@ -189,7 +191,8 @@ class NodeClassifier(pl.LightningModule):
 
     @torch.no_grad()
     def evaluate(self, batch: FullGraphBatch) -> dict[str, float]:
-        """Loss, accuracy and F1-micro of every split in eval mode: ``{"train/acc": ..., "test/loss": ...}``."""
+        """Loss, accuracy and F1-micro of every split in eval mode: ``{"train/acc": ..., "test/loss": ...}``, and
+        ogb's metric for an ogbn-* dataset (``"test/ogb_acc"``)."""
         was_training = self.training
         self.eval()
         logits = self(batch.x, batch.graph)
@@ -202,6 +205,9 @@ class NodeClassifier(pl.LightningModule):
             out[f"{stage}/loss"] = float(F.cross_entropy(logits[mask], target))
             out[f"{stage}/acc"] = float(multiclass_accuracy(pred, target, self.num_classes, average="micro"))
             out[f"{stage}/f1_micro"] = float(multiclass_f1_score(pred, target, self.num_classes, average="micro"))
+            if self.evaluator is not None:
+                name, value = self._ogb_score(stage, pred, target)
+                out[name] = value
         return out
 
     def configure_optimizers(self) -> torch.optim.Optimizer:

@@ -1,10 +1,13 @@
 """OGB node property prediction: "ogbn-<name>" through ``ogb.nodeproppred.PygNodePropPredDataset``.
 
 Files live in ``root/ogb/<dir>`` with ``<dir>`` = the name with "-" replaced by "_" (ogb's layout, e.g.
-``root/ogb/ogbn_arxiv``). A folder already there is used as is. Otherwise the archive is downloaded without
-ogb's interactive size check (ogb asks on stdin before fetching more than 1 GB; asking for the dataset by name
-is the consent here), and a failed or disallowed download raises :class:`DatasetNotFoundError` naming the
-folder. ogb's other prompt (an outdated local copy) is answered "no": the local copy is kept, with a warning.
+``root/ogb/ogbn_arxiv``). A folder already there is used as is. Otherwise its files are copied from
+``$GRAPHFUSE_DATA_MIRROR/ogb/<dir>`` when the mirror has that folder (ogb's processed files excepted), or the
+archive is downloaded without ogb's interactive size check (ogb asks on stdin before fetching more than 1 GB;
+asking for the dataset by name is the consent here). A failed or disallowed download, and files ogb cannot read
+(missing, truncated), raise :class:`DatasetNotFoundError` naming the folder. ogb's other prompt (no
+``RELEASE_v<version>.txt`` in the folder: another release, or a copy made by hand) is answered "no": the local
+copy is kept, with a warning.
 
 ogb's own cached files (``processed/geometric_data_processed.pt``, ``split_dict.pt``) hold pickled PyG
 objects, which ``torch.load``'s ``weights_only=True`` default (torch >= 2.6) refuses; they are written by ogb
@@ -33,7 +36,14 @@ from typing import Any
 import torch
 
 from graphfuse.data.dataset import NodeDataset
-from graphfuse.data.paths import DatasetNotFoundError, check_dataset_folder, download_and_extract, locked
+from graphfuse.data.paths import (
+    DatasetNotFoundError,
+    check_dataset_folder,
+    copy_tree_from_mirror,
+    download_and_extract,
+    locked,
+    mirror_hint,
+)
 from graphfuse.data.registry import register_dataset
 
 log = logging.getLogger(__name__)
@@ -85,7 +95,8 @@ class _TrustedTorch:
 
 
 def _keep_local_copy(prompt: str = "") -> str:
-    log.warning("ogb reports a newer release of a dataset found locally; keeping the local copy")
+    log.warning("ogb found no release marker (RELEASE_v<version>.txt) in a local dataset folder: another release "
+                "of the dataset, or a copy made by hand; keeping the local copy")
     return "n"
 
 
@@ -110,10 +121,12 @@ def _dataset_class(allow_download: bool) -> type:
             url = self.meta_info["url"]
             # the archive holds a folder download_name/, which ogb reads as root (e.g. arxiv/ → ogbn_arxiv/)
             by_hand = (f"fetch {url}, extract it in {self.original_root} and rename its {self.download_name}/ "
-                       f"folder to {Path(self.root).name}/")
+                       f"folder to {Path(self.root).name}/, {mirror_hint(f'ogb/{Path(self.root).name}')}")
             if not allow_download:
-                raise DatasetNotFoundError(f"{self.name}: files not found in {self.root} (download=False); "
-                                           f"{by_hand}", self.root)
+                missing = [Path(p).name for p in self.raw_paths if not Path(p).exists()]
+                what = (f"raw file(s) {', '.join(missing)} missing in {self.raw_dir}" if Path(self.root).is_dir()
+                        else f"files not found in {self.root}")
+                raise DatasetNotFoundError(f"{self.name}: {what} (download=False); {by_hand}", self.root)
             try:
                 _download_archive(url, Path(self.original_root), self.download_name, Path(self.root))
             except Exception as exc:
@@ -138,16 +151,26 @@ def load_ogbn(name: str, root: Path, *, download: bool = True, to_undirected: bo
     """
     ogb_name, meta = _resolve(name)
     folder = root / "ogb" / ogb_name.replace("-", "_")
-    check_dataset_folder(folder, ogb_name)
-    existed = folder.exists() or folder.with_name(folder.name + "_pyg").exists()
+    pyg_folder = folder.with_name(folder.name + "_pyg")  # ogb reads this one instead when it exists
+    for path in (folder, pyg_folder):
+        check_dataset_folder(path, ogb_name)
+    existed = folder.exists() or pyg_folder.exists()
     try:
         with _non_interactive(), locked(root / "ogb"):
+            if not existed:
+                copy_tree_from_mirror(f"ogb/{folder.name}", folder, skip=("processed",))
             dataset = _dataset_class(download)(ogb_name, root=str(root / "ogb"))
             split = dataset.get_idx_split()
-    except DatasetNotFoundError:
-        if not existed:
+    except Exception as exc:  # ogb's own errors for files it cannot read: RuntimeError, EOFError, OSError, ...
+        used = pyg_folder if pyg_folder.exists() else folder
+        if not existed:  # what this call copied or downloaded goes: the next call starts afresh
             shutil.rmtree(folder, ignore_errors=True)
-        raise
+        if isinstance(exc, DatasetNotFoundError):
+            raise
+        advice = ("the files this call copied or downloaded were removed" if not existed else
+                  "delete the folder to download them again, or replace them")
+        raise DatasetNotFoundError(f"{ogb_name}: ogb cannot read the files in {used} ({type(exc).__name__}: {exc}); "
+                                   f"{advice}; {mirror_hint(f'ogb/{folder.name}')}", used) from exc
     data = dataset[0]
     num_nodes = data.num_nodes
     y = data.y.view(-1)

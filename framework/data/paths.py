@@ -2,8 +2,8 @@
 
 ``default_root()`` is ``$GRAPHFUSE_DATA_ROOT`` or ``~/.cache/graphfuse/datasets``; loaders write raw copies
 and processed files only below it. ``$GRAPHFUSE_DATA_MIRROR`` names an optional read-only folder of raw files
-(layout of /work/shared/datasets: ``planetoid/Cora/raw/ind.cora.*``, ``musae/facebook/facebook_*``); loaders
-copy from it or read it, never write into it.
+(layout of /work/shared/datasets: ``planetoid/Cora/raw/ind.cora.*``, ``musae/facebook/facebook_*``; OGB's as
+under the root, ``ogb/ogbn_products/{raw,split}/...``); loaders copy from it or read it, never write into it.
 """
 
 from __future__ import annotations
@@ -103,16 +103,37 @@ def copy_from_mirror(relative: str, dest: Path, file_names: list[str]) -> bool:
     source = _complete_mirror(relative, file_names)
     if source is None:
         return all((dest / f).is_file() for f in file_names)
-    dest.mkdir(parents=True, exist_ok=True)
     for f in file_names:
-        if not (dest / f).is_file() or (dest / f).stat().st_size != (source / f).stat().st_size:
-            tmp = dest / f"{f}.tmp{os.getpid()}"
-            try:
-                shutil.copyfile(source / f, tmp)
-                os.replace(tmp, dest / f)
-            finally:
-                tmp.unlink(missing_ok=True)
+        _copy_file(source / f, dest / f)
     return True
+
+
+def copy_tree_from_mirror(relative: str, dest: Path, skip: tuple[str, ...] = ()) -> bool:
+    """Copy every file under the mirror folder ``relative`` into ``dest`` (keeping sub-folders; top-level entries
+    named in ``skip`` left out), as :func:`copy_from_mirror` copies each file: for datasets whose file list
+    depends on the dataset (OGB's). Returns False when the mirror has no folder ``relative``."""
+    source = mirror_dir(relative)
+    if source is None:
+        return False
+    for path in sorted(source.rglob("*")):
+        part = path.relative_to(source)
+        if path.is_file() and part.parts[0] not in skip:
+            _copy_file(path, dest / part)
+    return True
+
+
+def _copy_file(source: Path, dest: Path) -> None:
+    """Copy ``source``'s contents to ``dest`` when it is missing there or its size differs, through a temporary
+    name renamed into place."""
+    if dest.is_file() and dest.stat().st_size == source.stat().st_size:
+        return
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f"{dest.name}.tmp{os.getpid()}")
+    try:
+        shutil.copyfile(source, tmp)
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def download_and_extract(url: str, folder: Path) -> None:

@@ -99,3 +99,53 @@ def test_local_dataset(offline, tmp_path, caplog, release):
     keys = set(map(tuple, undirected.edge_index.t().tolist()))
     assert keys == {(v, u) for u, v in keys}
     assert keys >= set(map(tuple, ds.edge_index.t().tolist()))
+
+
+@pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
+def test_the_mirror_provides_the_files(offline, tmp_path, monkeypatch):
+    """ogbn-* ignored $GRAPHFUSE_DATA_MIRROR, which the docs say every loader reads (review)."""
+    mirror, root = tmp_path / "mirror", tmp_path / "root"
+    perm = _fake_arxiv(mirror)
+    (mirror / "ogb" / "ogbn_arxiv" / "processed").mkdir()
+    (mirror / "ogb" / "ogbn_arxiv" / "processed" / "stale.pt").write_text("not copied")
+    monkeypatch.setenv("GRAPHFUSE_DATA_MIRROR", str(mirror))
+    before = sorted(p.relative_to(mirror) for p in mirror.rglob("*"))
+    ds = load_dataset("ogbn-arxiv", root)
+    assert torch.equal(ds.train_mask.nonzero().view(-1), torch.from_numpy(np.sort(perm[:18])))
+    assert offline == [] and sorted(p.relative_to(mirror) for p in mirror.rglob("*")) == before
+    assert not (root / "ogb" / "ogbn_arxiv" / "processed" / "stale.pt").exists()
+    assert (root / "ogb" / "ogbn_arxiv" / "processed" / "geometric_data_processed.pt").is_file()
+
+
+def test_a_pyg_folder_linked_into_the_mirror_is_refused(offline, tmp_path, monkeypatch):
+    """ogb reads root/ogb/<dir>_pyg when it exists; only <dir> was checked, so a link named <dir>_pyg into the
+    mirror got processed files written into the mirror (review)."""
+    mirror, root = tmp_path / "mirror", tmp_path / "root"
+    _fake_arxiv(mirror)
+    monkeypatch.setenv("GRAPHFUSE_DATA_MIRROR", str(mirror))
+    (root / "ogb").mkdir(parents=True)
+    (root / "ogb" / "ogbn_arxiv_pyg").symlink_to(mirror / "ogb" / "ogbn_arxiv")
+    with pytest.raises(ValueError, match="ogbn_arxiv_pyg"):
+        load_dataset("ogbn-arxiv", root)
+    assert not (mirror / "ogb" / "ogbn_arxiv" / "processed").exists()
+
+
+@pytest.mark.parametrize("damage", ["no num-node-list", "truncated edges", "no labels", "no split", "no features"])
+def test_unreadable_files_are_named(offline, tmp_path, damage):
+    """Missing or truncated files escaped as ogb's RuntimeError('No necessary file'), EOFError or
+    FileNotFoundError without a path, and the command line called them a config error (review)."""
+    _fake_arxiv(tmp_path)
+    folder = tmp_path / "ogb" / "ogbn_arxiv"
+    if damage == "truncated edges":
+        data = (folder / "raw" / "edge.csv.gz").read_bytes()
+        (folder / "raw" / "edge.csv.gz").write_bytes(data[: len(data) // 2])
+    else:
+        file = {"no num-node-list": "raw/num-node-list.csv.gz", "no labels": "raw/node-label.csv.gz",
+                "no split": "split/time/valid.csv.gz", "no features": "raw/node-feat.csv.gz"}[damage]
+        (folder / file).unlink()
+    with pytest.raises(DatasetNotFoundError) as info:
+        load_dataset("ogbn-arxiv", tmp_path, download=False)
+    assert str(folder) in str(info.value) and info.value.path == folder
+    if damage == "no features":  # a raw file ogb looks for by name: the message names it
+        assert "node-feat.csv.gz missing" in str(info.value)
+    assert folder.is_dir() and offline == []  # the user's files are left alone

@@ -193,12 +193,16 @@ def test_ogbn_datasets_are_also_scored_by_the_ogb_evaluator(tiny, tmp_path, monk
         return dataset
 
     monkeypatch.setattr(run_module, "build_dataset", synthetic_as_ogbn)
-    train(load_config([*tiny, "trainer.max_epochs=2"]), verbose=False)
+    metrics = train(load_config([*tiny, "trainer.max_epochs=2"]), verbose=False)
     with open(tmp_path / "run" / "logs" / "version_0" / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
     scored = [r for r in rows if r.get("val/ogb_acc")]
     assert len(scored) == 2
     assert all(float(r["val/ogb_acc"]) == pytest.approx(float(r["val/acc"])) for r in scored)
+    # the final scores carry ogb's metric too (it reached only metrics.csv: review)
+    for stage in ("train", "val", "test"):
+        assert metrics[stage]["ogb_acc"] == pytest.approx(metrics[stage]["acc"])
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["test"]["ogb_acc"] == metrics["test"]["ogb_acc"]
 
 
 def test_reordered_batch_is_the_same_problem_renumbered():

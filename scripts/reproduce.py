@@ -143,12 +143,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     from graphfuse.data import DatasetNotFoundError
     from graphfuse.trainers.cli import interrupted, quiet_lightning
-    from graphfuse.trainers.config import ConfigError, load_config
+    from graphfuse.trainers.config import ConfigError, load_config, resolved_output_dir
     from graphfuse.trainers.run import train
 
     quiet_lightning()
     results: dict[str, dict[str, Any]] = {}
     status = 0
+    last = None  # the running seed's last.ckpt
     try:
         # every experiment composed before any trains: a typo in the last one must not cost the earlier runs
         models = {e: load_config([f"experiment={e}", *args.overrides]).model.name for e in args.experiments}
@@ -161,6 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         f"experiment={experiment}", f"seed={seed}", "trainer.progress_bar=false",
                         f"output_dir={args.runs_dir / name / f'seed{seed}'}", *overrides,
                     ])
+                    last = resolved_output_dir(cfg) / "checkpoints" / "last.ckpt"
                     metrics = train(cfg, verbose=False)
                     print(f"{name} seed {seed}: test acc {metrics['test']['acc']:.4f} (best epoch "
                           f"{metrics['best_epoch']}, {metrics['wall_time_s']:.1f} s)", flush=True)
@@ -172,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"reproduce: error: {error}", file=sys.stderr)
         status = 2
     except (KeyboardInterrupt, SystemExit) as stop:  # SIGTERM or Ctrl-C inside a run
-        status = interrupted("reproduce", stop)
+        status = interrupted("reproduce", stop, last)
     if not results:
         return status
     args.out.mkdir(parents=True, exist_ok=True)  # the experiments that finished are kept

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import sys
 import textwrap
+from pathlib import Path
 
 USAGE = """\
 usage: graphfuse-train [key=value ...]
@@ -33,15 +34,21 @@ def _fail(message: str) -> int:
     return 2
 
 
-def interrupted(prog: str, stop: BaseException) -> int:
-    """The exit status of a run stopped by SIGTERM (143) or Ctrl-C (130), with a line on stderr. Lightning turns
-    SIGTERM into a SystemExit without a code (status 0: a preempted job looked finished) and Ctrl-C into
+def interrupted(prog: str, stop: BaseException, last: Path | None = None) -> int:
+    """The exit status of a run stopped by SIGTERM (143) or Ctrl-C (130), with a line on stderr saying whether
+    ``last`` (the run's last.ckpt, None before the run's config is known) holds an epoch to resume from. Lightning
+    turns SIGTERM into a SystemExit without a code (status 0: a preempted job looked finished) and Ctrl-C into
     ``sys.exit(1)``."""
-    from lightning.pytorch.utilities.exceptions import SIGTERMException
-
-    what, status = ("SIGTERM", 143) if isinstance(stop, SIGTERMException) else ("an interrupt", 130)
-    print(f"{prog}: stopped by {what}; checkpoints/last.ckpt holds the last finished epoch: run again with "
-          "trainer.resume=true to continue", file=sys.stderr)
+    # Lightning raised it only if it is loaded (importing it here could meet a half-imported module: a stop
+    # during start-up)
+    exceptions = sys.modules.get("lightning.pytorch.utilities.exceptions")
+    sigterm = isinstance(stop, getattr(exceptions, "SIGTERMException", ()))
+    what, status = ("SIGTERM", 143) if sigterm else ("an interrupt", 130)
+    if last is not None and last.is_file():
+        print(f"{prog}: stopped by {what}; {last} holds the last finished epoch: run again with trainer.resume=true "
+              "to continue", file=sys.stderr)
+    else:
+        print(f"{prog}: stopped by {what} before an epoch finished; nothing to resume", file=sys.stderr)
     return status
 
 
@@ -55,7 +62,7 @@ def quiet_lightning() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run ``graphfuse-train`` with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    from graphfuse.trainers.config import ConfigError, available, load_config
+    from graphfuse.trainers.config import ConfigError, available, load_config, resolved_output_dir
 
     if any(arg in ("-h", "--help") for arg in argv):
         print(USAGE.format(experiments=", ".join(available("experiment"))))
@@ -63,8 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     from graphfuse.data import DatasetNotFoundError
 
     quiet_lightning()
+    last = None
     try:
         cfg = load_config(argv)
+        last = resolved_output_dir(cfg) / "checkpoints" / "last.ckpt"
         from graphfuse.trainers.run import train
 
         train(cfg)
@@ -73,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     except DatasetNotFoundError as error:
         return _fail(f"dataset not found: {error}")
     except (KeyboardInterrupt, SystemExit) as stop:
-        return interrupted("graphfuse-train", stop)
+        return interrupted("graphfuse-train", stop, last)
     return 0
 
 

@@ -7,7 +7,8 @@ A run's config is ``OmegaConf.merge`` of, in order: the structured schema below 
 experiment file ``configs/experiment/<name>.yaml`` and the command-line dotlist. Group choices come from the
 ``defaults:`` mapping of defaults.yaml, then of the experiment file, then from command-line items such as
 ``model=gat``; ``experiment=gat_cora`` chooses the experiment. A choice ending in .yaml or .yml is the path of the
-user's own file instead (``experiment=my_exp.yaml``, relative to the working directory), so a wheel install, whose
+user's own file instead (``experiment=my_exp.yaml``, relative to the working directory; a group file named in an
+experiment file's ``defaults:``, relative to that file's folder), so a wheel install, whose
 configs/ sits in site-packages, takes new experiments too. Every other item is a dotlist override
 (``model.hidden=64``). The schema is strict: an unknown key or a value of the wrong type raises
 :class:`ConfigError` naming the key and listing the valid ones.
@@ -298,11 +299,14 @@ def _load_yaml(path: Path, what: str) -> DictConfig:
     return loaded
 
 
-def _group_file(group: str, name: str) -> Path:
+def _group_file(group: str, name: str, base: Path | None = None) -> Path:
     """The package's ``configs/<group>/<name>.yaml``, or the user's own file when ``name`` is a path ending in
-    .yaml or .yml (relative to the working directory)."""
+    .yaml or .yml (relative to ``base``: the folder of the experiment file naming it, else the working
+    directory)."""
     if is_yaml_path(name):
         path = Path(name).expanduser()
+        if base is not None and not path.is_absolute():
+            path = base / path
         if not path.is_file():
             raise ConfigError(f"{group} file '{name}' not found (a choice ending in .yaml is read as a path).")
         return path
@@ -329,8 +333,8 @@ def _pop_defaults(node: DictConfig, source: str) -> dict[str, str]:
 
 
 def split_overrides(overrides: Iterable[str]) -> tuple[dict[str, str], list[str]]:
-    """Split command-line items into group/experiment choices and dotlist overrides (a Hydra-style ``+`` before
-    a key is dropped).
+    """Split command-line items into group/experiment choices and dotlist overrides (a Hydra-style ``+`` or
+    ``++`` before a key is dropped).
 
     Raises:
         ConfigError: an item is not of the form ``key=value``.
@@ -344,7 +348,7 @@ def split_overrides(overrides: Iterable[str]) -> tuple[dict[str, str], list[str]
                 f"bad override '{item}': every item must be key=value, e.g. experiment=gat_cora, model=gat or "
                 "model.hidden=64."
             )
-        key = key.strip().removeprefix("+")  # Hydra's "add a key": every key of data.options is one already
+        key = key.strip().lstrip("+")  # Hydra's "+" (add) and "++" (add or override): every key exists here
         if key in GROUPS or key == "experiment":
             choices[key] = value.strip()
         else:
@@ -418,9 +422,14 @@ def _validate(cfg: DictConfig) -> None:
             f"invalid value for 'trainer.check_val_every_n_epoch': {cfg.trainer.check_val_every_n_epoch} is more "
             f"than trainer.max_epochs={cfg.trainer.max_epochs}: no epoch would be validated (nor checkpointed as best)."
         )
-    for key in ("lr", "weight_decay"):
-        if not math.isfinite(cfg.optim[key]) or cfg.optim[key] < 0:
-            raise ConfigError(f"invalid value for 'optim.{key}': {cfg.optim[key]}; it must be finite and >= 0.")
+    if not math.isfinite(cfg.optim.lr) or cfg.optim.lr <= 0:  # lr=0 trained nothing and exited 0
+        raise ConfigError(f"invalid value for 'optim.lr': {cfg.optim.lr}; it must be finite and > 0.")
+    if not math.isfinite(cfg.optim.weight_decay) or cfg.optim.weight_decay < 0:
+        raise ConfigError(f"invalid value for 'optim.weight_decay': {cfg.optim.weight_decay}; it must be finite "
+                          "and >= 0.")
+    if cfg.output_dir is not None and not cfg.output_dir.strip():
+        raise ConfigError(f"invalid value for 'output_dir': {cfg.output_dir!r}; name a folder, or leave it unset "
+                          "(null) for runs/<experiment>/seed<seed>.")
     if cfg.model.hidden < 1:
         raise ConfigError(f"invalid value for 'model.hidden': {cfg.model.hidden}; it must be >= 1.")
     if not 0 <= cfg.seed < 2**32:
@@ -451,14 +460,16 @@ def load_config(overrides: Iterable[str] = ()) -> DictConfig:
     experiment = choices.get("experiment", base.get("experiment", "gcn_cora"))
     exp_path = _group_file("experiment", experiment)
     exp_cfg = _load_yaml(exp_path, "experiment file")
-    groups.update(_pop_defaults(exp_cfg, f"experiment '{experiment}'"))
+    from_experiment = _pop_defaults(exp_cfg, f"experiment '{experiment}'")
+    groups.update(from_experiment)
     groups.update({k: v for k, v in choices.items() if k in GROUPS})
 
     cfg = OmegaConf.structured(Config)
     cfg = _merge(cfg, base, "defaults.yaml")
     for group in GROUPS:
-        if group in groups:
-            path = _group_file(group, groups[group])
+        if group in groups:  # a file an experiment file names is found beside it
+            beside = exp_path.parent if from_experiment.get(group) == groups[group] and group not in choices else None
+            path = _group_file(group, groups[group], beside)
             cfg = _merge(cfg, {group: _load_yaml(path, f"{group} file")}, f"{group}/{path.name}")
     cfg = _merge(cfg, exp_cfg, f"experiment/{exp_path.name}")
     cfg = _merge(cfg, {"experiment": experiment}, "the experiment choice")

@@ -191,9 +191,55 @@ def changed_settings(section: str, old: dict[str, Any], new: dict[str, Any]) -> 
     return sorted(k for k in {*old, *new} if (section, k) not in RESUME_FREE and value(old, k) != value(new, k))
 
 
+RERUN_FREE = ("output_dir", "trainer.resume", "trainer.progress_bar", "logger.")
+"""Settings (dotted keys, or prefixes ending in ".") a fresh run may change and still replace an earlier run in
+its output_dir: they change how a run is shown and logged, not what it trains."""
+
+
+def _flat(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested config as ``{"model.hidden": 64, ...}``."""
+    out: dict[str, Any] = {}
+    for key, value in settings.items():
+        if isinstance(value, dict) and value:
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _check_rerun(out: Path, resolved: dict[str, Any]) -> None:
+    """A fresh run replaces what an earlier run left in ``out`` (checkpoints, config.yaml, metrics.json) only when
+    that run had the same settings (apart from :data:`RERUN_FREE`): a rerun, as ``make train`` twice. A run of
+    other settings (``model.hidden=64`` into the default ``runs/<experiment>/seed<seed>``), or files no run
+    config describes, are refused: their checkpoints would be lost."""
+    config_file = out / "config.yaml"
+    held = [p.name for p in (config_file, out / "metrics.json") if p.exists()]
+    held += [f"checkpoints/{p.name}" for p in _run_checkpoints(out / "checkpoints")[0]]
+    if not held:
+        return
+    try:
+        earlier = OmegaConf.to_container(OmegaConf.load(config_file))
+    except Exception:  # noqa: BLE001 - absent, unreadable or not YAML: no run config describes these files
+        earlier = None
+    if not isinstance(earlier, dict) or "seed" not in earlier:
+        raise ConfigError(
+            f"output_dir={out} holds {', '.join(held)} without a config.yaml of the run that wrote them; a fresh run "
+            "would replace them. Point output_dir= at another folder, or move them."
+        )
+    old, new = _flat(earlier), _flat(resolved)
+    changed = sorted(k for k in {*old, *new} if not k.startswith(RERUN_FREE) and old.get(k) != new.get(k))
+    if changed:
+        shown = ", ".join(f"{k}={_cli_value(old.get(k))} (this run: {_cli_value(new.get(k))})" for k in changed[:4])
+        raise ConfigError(
+            f"output_dir={out} holds a run of other settings ({shown}{', ...' if len(changed) > 4 else ''}); a "
+            "fresh run would replace its checkpoints. Give this run another output_dir=, continue that run with "
+            "trainer.resume=true, or delete the folder."
+        )
+
+
 def _resume_state(cfg: DictConfig, ckpt_dir: Path, resolved: dict[str, Any]) -> dict[str, Any] | None:
-    """The content of the checkpoint to resume from (``trainer.resume``), checked; None for a fresh run.
-    Touches nothing: a refused resume leaves the run directory as it was."""
+    """The content of the checkpoint to resume from (``trainer.resume``), checked; None for a fresh run (checked
+    by :func:`_check_rerun`). Touches nothing: a refused run leaves the run directory as it was."""
     if not cfg.trainer.resume:
         foreign = _run_checkpoints(ckpt_dir)[1]
         if foreign:  # a fresh run clears the folder's checkpoints: it must not delete what is not one of them
@@ -202,6 +248,7 @@ def _resume_state(cfg: DictConfig, ckpt_dir: Path, resolved: dict[str, Any]) -> 
                 f"{ckpt_dir} holds files that are not this kind of run's checkpoints ({names}); a fresh run would "
                 "clear that folder. Point output_dir= at another folder, or move them."
             )
+        _check_rerun(ckpt_dir.parent, resolved)
         return None
     last = ckpt_dir / "last.ckpt"
     if not last.is_file():
@@ -276,7 +323,7 @@ def _clear_checkpoints(ckpt_dir: Path, saved: dict[str, Any] | None) -> None:
         return
     ours, foreign = _run_checkpoints(ckpt_dir)
     if ours:
-        log.warning("%s holds checkpoints of an earlier run; removing them and starting fresh "
+        log.warning("%s holds checkpoints of an earlier run of the same settings; removing them and starting fresh "
                     "(trainer.resume=true continues that run instead)", ckpt_dir)
         for path in ours:
             path.unlink()

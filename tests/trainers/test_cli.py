@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 import torch
@@ -97,10 +98,11 @@ def test_kernel_backend_under_mixed_precision_exits_2_and_leaves_the_earlier_run
     # The CUDA kernels take float32/float64 features; under autocast they got bfloat16 ones and raised their
     # TypeError mid-fit (a traceback), after the earlier run's checkpoints were cleared.
     assert main([*tiny, "trainer.max_epochs=1"]) == 0
-    _fails_cleanly(capsys, [*tiny, "trainer.max_epochs=1", "model=gat", "model.heads=2", f"model.backend={backend}",
-                            "trainer.precision=bf16-mixed"], "model.backend", "trainer.precision=bf16-mixed")
+    gat = [*tiny, "trainer.max_epochs=1", "model=gat", "model.heads=2", "trainer.precision=bf16-mixed",
+           f"output_dir={tmp_path / 'gat'}"]  # (into the first run's folder it would be refused as other settings)
+    _fails_cleanly(capsys, [*gat, f"model.backend={backend}"], "model.backend", "trainer.precision=bf16-mixed")
     assert (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()
-    assert main([*tiny, "trainer.max_epochs=1", "model=gat", "model.heads=2", "trainer.precision=bf16-mixed"]) == 0
+    assert main(gat) == 0
 
 
 def test_backend_of_a_pyg_twin_is_not_checked_against_the_device(tiny):
@@ -154,3 +156,27 @@ def test_a_stopped_run_exits_nonzero_naming_resume(capsys, monkeypatch, tiny, st
     monkeypatch.setattr(run, "train", train)
     assert main(tiny) == status
     assert f"stopped by {what}" in capsys.readouterr().err
+
+
+def test_a_stop_says_whether_there_is_an_epoch_to_resume(capsys, monkeypatch, tiny, tmp_path):
+    """A stop before any epoch finished advised trainer.resume=true, which then failed with 'no checkpoint'; a stop
+    while Lightning was half-imported crashed in the handler, importing it again (review)."""
+    import types
+
+    import graphfuse.trainers.run as run
+    from graphfuse.trainers.cli import interrupted
+
+    def stopped(cfg, verbose=True):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run, "train", stopped)
+    assert main(tiny) == 130
+    assert "before an epoch finished; nothing to resume" in capsys.readouterr().err
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    last.parent.mkdir(parents=True)
+    last.write_bytes(b"")
+    assert main(tiny) == 130
+    err = capsys.readouterr().err.replace("\n", " ")
+    assert f"{last} holds the last finished epoch: run again with trainer.resume=true" in err
+    monkeypatch.setitem(sys.modules, "lightning.pytorch.utilities.exceptions", types.ModuleType("half_imported"))
+    assert interrupted("graphfuse-train", KeyboardInterrupt()) == 130

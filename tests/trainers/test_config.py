@@ -93,9 +93,14 @@ def test_unknown_top_level_key_lists_the_sections():
         (["model.norm=group"], "batch"),
         (["optim.lr=-0.01"], "optim.lr"),
         (["optim.lr=nan"], "optim.lr"),
+        (["optim.lr=0"], "'optim.lr': 0.0; it must be finite and > 0"),  # trained nothing, exit 0 (review)
+        (["output_dir=''"], "'output_dir': ''; name a folder"),  # silently the default folder (review)
+        (["output_dir=' '"], "'output_dir': ' '; name a folder"),
         (["optim.weight_decay=-1"], "optim.weight_decay"),
         (["model.hidden=0"], "model.hidden"),
         (["seed=-1"], "'seed'"),
+        (["seed=4294967296"], "'seed': 4294967296; it must be in \\[0, 2\\*\\*32\\)"),
+        (["experiment=sage_neighbor_facebook", "sampler.num_neighbors=[10,0]"], "sampler.num_neighbors"),
         (["trainer.devices=2"], "trainer.devices"),
         (["trainer.max_epochs=2", "trainer.check_val_every_n_epoch=10"], "no epoch would be validated"),
         (["trainer.precision=64"], "trainer.precision"),
@@ -246,9 +251,25 @@ def test_overrides_are_read_as_written_not_as_yaml_1_1():
 
 
 def test_a_hydra_plus_before_a_key_is_dropped():
-    """+data.options.seed=1 was "unknown config key '+data'", listing data among the valid keys."""
+    """+data.options.seed=1 was "unknown config key '+data'", listing data among the valid keys; ++ (Hydra's add or
+    override) was "unknown config key '+model'" (review)."""
     cfg = load_config(["+data.options.seed=1", "+model.hidden=8", "+model=gat"])
     assert cfg.data.options == {"seed": 1} and cfg.model.hidden == 8 and cfg.model.name == "gat"
+    cfg = load_config(["++model.hidden=3", "++trainer.max_epochs=7"])
+    assert cfg.model.hidden == 3 and cfg.trainer.max_epochs == 7
+
+
+def test_group_files_an_experiment_file_names_are_found_beside_it(tmp_path, monkeypatch):
+    """They were read relative to the working directory: experiment=exp/mine.yaml naming model: my_model.yaml
+    beside it failed unless run from inside exp/ (review)."""
+    (tmp_path / "exp").mkdir()
+    (tmp_path / "exp" / "mine.yaml").write_text("defaults:\n  model: my_model.yaml\n")
+    (tmp_path / "exp" / "my_model.yaml").write_text("name: sage\nhidden: 9\n")
+    (tmp_path / "cli_model.yaml").write_text("name: gat\n")
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(["experiment=exp/mine.yaml"])
+    assert (cfg.model.name, cfg.model.hidden) == ("sage", 9)
+    assert load_config(["experiment=exp/mine.yaml", "model=cli_model.yaml"]).model.name == "gat"  # the working dir
 
 
 def test_a_choice_ending_in_yaml_is_the_users_own_file(tmp_path, monkeypatch):
@@ -268,3 +289,7 @@ def test_a_choice_ending_in_yaml_is_the_users_own_file(tmp_path, monkeypatch):
         load_config(["experiment=/tmp/x"])
     with pytest.raises(ConfigError, match="unknown model '../model/gat'"):
         load_config(["model=../model/gat"])
+
+
+def test_the_largest_seed_is_accepted():
+    assert load_config(["seed=4294967295"]).seed == 2**32 - 1  # the bound itself is refused (above)

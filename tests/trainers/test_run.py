@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import shutil
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ import torch
 
 from graphfuse.data import load_dataset
 from graphfuse.graph import cluster_order
-from graphfuse.trainers.config import load_config
+from graphfuse.trainers.config import ConfigError, load_config
 from graphfuse.trainers.datamodule import FullGraphDataModule
 from graphfuse.trainers.run import train
 
@@ -38,13 +39,13 @@ def test_resume_continues_from_the_checkpoint_epoch(tiny, tmp_path):
 
 
 def test_last_checkpoint_is_the_last_epoch_not_the_best(tiny, tmp_path):
-    # lr=0: val/acc never improves after epoch 0, so the best checkpoint stays at epoch 0 while last.ckpt must
+    # lr=1e-30 (below any weight's rounding): val/acc never improves after epoch 0, so the best checkpoint stays at epoch 0 while last.ckpt must
     # follow every epoch (resume would otherwise go back to the best epoch and train its successors again).
     run = tmp_path / "run"
-    first = train(load_config([*tiny, "optim.lr=0", "optim.weight_decay=0", "trainer.max_epochs=3"]), verbose=False)
+    first = train(load_config([*tiny, "optim.lr=1e-30", "optim.weight_decay=0", "trainer.max_epochs=3"]), verbose=False)
     assert first["best_epoch"] == 0
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["epoch"] == 2
-    resumed = train(load_config([*tiny, "optim.lr=0", "optim.weight_decay=0", "trainer.max_epochs=5",
+    resumed = train(load_config([*tiny, "optim.lr=1e-30", "optim.weight_decay=0", "trainer.max_epochs=5",
                                  "trainer.resume=true"]), verbose=False)
     assert _train_epochs(run, 1) == [3, 4] and resumed["epochs_this_run"] == 2
 
@@ -52,7 +53,7 @@ def test_last_checkpoint_is_the_last_epoch_not_the_best(tiny, tmp_path):
 def test_resume_keeps_this_runs_patience(tiny, tmp_path):
     # patience 1 stops the first run after epoch 1; resumed with patience 4, the run goes on (Lightning would
     # restore patience 1 from the checkpoint and stop again at once) until 4 checks have not improved.
-    stall = [*tiny, "optim.lr=0", "optim.weight_decay=0"]
+    stall = [*tiny, "optim.lr=1e-30", "optim.weight_decay=0"]
     first = train(load_config([*stall, "trainer.patience=1", "trainer.max_epochs=50"]), verbose=False)
     assert first["epochs_run"] == 2 and first["stopped_early"]
     resumed = train(load_config([*stall, "trainer.patience=4", "trainer.max_epochs=50", "trainer.resume=true"]),
@@ -65,7 +66,7 @@ def test_resuming_a_run_that_stopped_early_with_its_patience_is_refused(tiny, tm
     command with trainer.resume=true changed its result."""
     from graphfuse.trainers.config import ConfigError
 
-    stall = [*tiny, "optim.lr=0", "optim.weight_decay=0", "trainer.max_epochs=50"]
+    stall = [*tiny, "optim.lr=1e-30", "optim.weight_decay=0", "trainer.max_epochs=50"]
     first = train(load_config([*stall, "trainer.patience=1"]), verbose=False)
     assert first["stopped_early"]
     metrics = (tmp_path / "run" / "metrics.json").read_bytes()
@@ -73,6 +74,7 @@ def test_resuming_a_run_that_stopped_early_with_its_patience_is_refused(tiny, tm
         train(load_config([*stall, "trainer.patience=1", "trainer.resume=true"]), verbose=False)
     assert (tmp_path / "run" / "metrics.json").read_bytes() == metrics
     # a run whose own (larger) patience had not run out did not stop: resumed with less, it goes on, then stops
+    shutil.rmtree(tmp_path / "run")  # (a fresh run of other settings leaves the first run alone)
     train(load_config([*stall, "trainer.patience=10", "trainer.max_epochs=4"]), verbose=False)
     resumed = train(load_config([*stall, "trainer.patience=2", "trainer.resume=true"]), verbose=False)
     assert resumed["epochs_this_run"] == 1 and resumed["stopped_early"]
@@ -129,7 +131,7 @@ def test_resume_with_other_settings_names_the_saved_values(tiny, tmp_path):
 
 def test_fresh_run_over_old_checkpoints_removes_them(tiny, tmp_path, caplog):
     ckpts = tmp_path / "run" / "checkpoints"
-    ckpts.mkdir(parents=True)
+    train(load_config([*tiny, "trainer.max_epochs=1"]), verbose=False)  # an earlier run of the same settings
     (ckpts / "best-epoch=099.ckpt").write_bytes(b"stale")
     with caplog.at_level(logging.WARNING, logger="graphfuse.trainers.run"):
         metrics = train(load_config([*tiny, "trainer.max_epochs=1"]), verbose=False)
@@ -143,19 +145,45 @@ def test_a_fresh_run_names_the_earlier_results_it_replaces(tiny, tmp_path, caplo
     checkpoint warning named only the checkpoints (review)."""
     run = tmp_path / "run"
     run.mkdir()
-    (run / "metrics.json").write_text("{}")
+    (run / "metrics.json").write_text("{}")  # no run's config.yaml describes it: refused (see the next test)
+    with pytest.raises(ConfigError, match=r"holds metrics.json without a config.yaml"):
+        train(load_config([*tiny, "trainer.max_epochs=1"]), verbose=False)
+    (run / "metrics.json").unlink()
+    train(load_config([*tiny, "trainer.max_epochs=1"]), verbose=False)
     with caplog.at_level(logging.WARNING, logger="graphfuse.trainers.run"):
         train(load_config([*tiny, "trainer.max_epochs=1"]), verbose=False)
-    assert f"{run} holds metrics.json of an earlier run; replacing them" in caplog.text
+    assert f"{run} holds config.yaml and metrics.json of an earlier run; replacing them" in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="graphfuse.trainers.run"):
         train(load_config([*tiny, "trainer.max_epochs=2", "trainer.resume=true"]), verbose=False)
     assert "replacing them" not in caplog.text  # a resumed run continues its own results
 
 
+def test_a_fresh_run_of_other_settings_leaves_an_earlier_run_alone(tiny, tmp_path, caplog):
+    """A run of other settings into the same output_dir (the default runs/<experiment>/seed<seed> ignores
+    model.hidden=64) deleted the earlier run's checkpoints and replaced its config.yaml with a warning; a user's
+    own config.yaml was replaced too (review). A rerun of the same settings still replaces the earlier run."""
+    run = tmp_path / "run"
+    train(load_config([*tiny, "trainer.max_epochs=2"]), verbose=False)
+    kept = sorted(p.name for p in (run / "checkpoints").iterdir())
+    config = (run / "config.yaml").read_text()
+    with pytest.raises(ConfigError, match=r"holds a run of other settings \(model.hidden=\d+ \(this run: 7\)\); a "
+                       "fresh run would replace its checkpoints. Give this run another output_dir="):
+        train(load_config([*tiny, "trainer.max_epochs=2", "model.hidden=7"]), verbose=False)
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == kept
+    assert (run / "config.yaml").read_text() == config
+    with caplog.at_level(logging.WARNING, logger="graphfuse.trainers.run"):  # a rerun, shown differently
+        train(load_config([*tiny, "trainer.max_epochs=2", "trainer.progress_bar=false"]), verbose=False)
+    assert "earlier run of the same settings; removing them" in caplog.text
+    (run / "config.yaml").write_text("my own notes: do not delete\n")
+    with pytest.raises(ConfigError, match="without a config.yaml of the run that wrote them"):
+        train(load_config([*tiny, "trainer.max_epochs=2"]), verbose=False)
+    assert (run / "config.yaml").read_text() == "my own notes: do not delete\n"
+
+
 def test_early_stopping_stops_when_val_acc_stalls(tiny):
-    # lr=0 keeps the weights, so val/acc never improves after epoch 0: patience 1 stops after epoch 1.
-    metrics = train(load_config([*tiny, "optim.lr=0", "trainer.patience=1", "trainer.max_epochs=50"]),
+    # lr=1e-30 keeps the weights (below their rounding), so val/acc never improves after epoch 0: patience 1 stops after epoch 1.
+    metrics = train(load_config([*tiny, "optim.lr=1e-30", "trainer.patience=1", "trainer.max_epochs=50"]),
                     verbose=False)
     assert metrics["epochs_run"] == 2
     assert metrics["stopped_early"] and metrics["best_epoch"] == 0
@@ -262,15 +290,15 @@ def test_fresh_run_forgets_an_earlier_runs_wandb_id(tiny, tmp_path):
 
 def test_resume_trains_with_this_runs_optimiser_settings(tiny, tmp_path):
     # Lightning restores the optimiser's param groups from the checkpoint, lr and weight decay included: resumed
-    # with lr=0, the weights must stay as last.ckpt left them (optim.* may change on a resume).
+    # with lr=1e-30, the weights must stay as last.ckpt left them (optim.* may change on a resume).
     run = tmp_path / "run"
     train(load_config([*tiny, "trainer.max_epochs=2"]), verbose=False)
     before = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
-    train(load_config([*tiny, "trainer.max_epochs=4", "trainer.resume=true", "optim.lr=0", "optim.weight_decay=0"]),
+    train(load_config([*tiny, "trainer.max_epochs=4", "trainer.resume=true", "optim.lr=1e-30", "optim.weight_decay=0"]),
           verbose=False)
     after = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)
     assert after["epoch"] == 3
-    assert [(g["lr"], g["weight_decay"]) for g in after["optimizer_states"][0]["param_groups"]] == [(0.0, 0.0)]
+    assert [(g["lr"], g["weight_decay"]) for g in after["optimizer_states"][0]["param_groups"]] == [(1e-30, 0.0)]
     weights = [key for key in before if key.startswith("model.")]
     assert weights and all(torch.equal(before[key], after["state_dict"][key]) for key in weights)
 
@@ -339,7 +367,7 @@ def test_a_wandb_run_that_cannot_start_leaves_the_earlier_run_untouched(tiny, tm
 
 
 def _stall(tiny) -> list[str]:
-    return [*tiny, "optim.lr=0", "optim.weight_decay=0"]  # a resumed run whose val/acc stays where it was
+    return [*tiny, "optim.lr=1e-30", "optim.weight_decay=0"]  # a resumed run whose val/acc stays where it was
 
 
 def test_resume_after_the_recorded_best_was_replaced_tests_the_newer_best(tiny, tmp_path):

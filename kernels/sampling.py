@@ -36,15 +36,20 @@ def floyd_picks(degree: Tensor, draws: Tensor) -> Tensor:
 def floyd_picks_reference(degree: Tensor, draws: Tensor) -> Tensor:
     """The PyTorch twin of :func:`floyd_picks` (any device): step ``t`` keeps ``c_t = min(⌊u_t (b_t + 1)⌋, b_t)``
     with ``b_t = max(deg, k) − k + t`` unless an earlier step kept it, else ``b_t`` — a uniformly random
-    k-subset; rows are then sorted. The draws do not depend on earlier steps, so only the collision test runs
-    step by step: O(rows · k²) work in k small launches."""
-    k = draws.size(1)
-    bounds = torch.clamp(degree, min=k).unsqueeze(1) - k + torch.arange(k, device=degree.device)
-    picks = torch.minimum((draws * (bounds + 1)).long(), bounds)
-    for t in range(1, k):
-        taken = (picks[:, :t] == picks[:, t:t + 1]).any(1)
-        picks[:, t] = torch.where(taken, bounds[:, t], picks[:, t])
-    return picks.sort(dim=1).values
+    k-subset; rows are then sorted. A row with deg ≤ k always ends as ``0..k-1`` and is set so; on the others
+    the draws do not depend on earlier steps, so only the collision test runs step by step: O(k²) work per row of
+    degree > k, in k small launches (every row paid it, so one hub made a CPU batch of thousands of rows slow)."""
+    rows, k = draws.shape
+    picks = torch.arange(k, device=degree.device).expand(rows, k).clone()
+    drawn = (degree > k).nonzero().view(-1)
+    if drawn.numel():
+        bounds = degree[drawn].unsqueeze(1) - k + torch.arange(k, device=degree.device)
+        chosen = torch.minimum((draws[drawn] * (bounds + 1)).long(), bounds)
+        for t in range(1, k):
+            taken = (chosen[:, :t] == chosen[:, t:t + 1]).any(1)
+            chosen[:, t] = torch.where(taken, bounds[:, t], chosen[:, t])
+        picks[drawn] = chosen.sort(dim=1).values
+    return picks
 
 
 def floyd(degree: Tensor, draws: Tensor) -> Tensor:

@@ -43,7 +43,7 @@ from graphfuse.samplers.saint_norm import (
     presampling_seed,
     training_subgraph,
 )
-from graphfuse.samplers.subgraph import _check_square
+from graphfuse.samplers.subgraph import _check_square, check_node_ids
 
 
 def make_generator(device: torch.device, seed: int | None, owner: str = "make_generator") -> torch.Generator:
@@ -293,7 +293,7 @@ class NeighborLoader:
         seed: int | None = None,
     ) -> None:
         _check_square(graph, "NeighborLoader")
-        if not is_int(batch_size) or batch_size < 1:
+        if not is_int(batch_size) or batch_size < 1:  # ValueError, as every count's check
             raise ValueError(f"NeighborLoader: batch_size must be an int ≥ 1; got {batch_size!r}")
         check_bools("NeighborLoader", shuffle=shuffle, drop_last=drop_last)
         self.graph = graph
@@ -311,20 +311,20 @@ class NeighborLoader:
         device = graph.device
         if input_nodes is None:
             return torch.arange(graph.num_nodes, device=device)
-        if not isinstance(input_nodes, Tensor) or input_nodes.dim() != 1:
-            raise ValueError("NeighborLoader: input_nodes must be a 1-D bool mask or tensor of node ids; got "
-                             f"{getattr(input_nodes, 'shape', type(input_nodes).__name__)}")
+        if not isinstance(input_nodes, Tensor) or input_nodes.dtype not in (torch.bool, torch.int64, torch.int32):
+            raise TypeError("NeighborLoader: input_nodes must be a bool mask or an int64/int32 tensor of node ids; "
+                            f"got {getattr(input_nodes, 'dtype', type(input_nodes).__name__)}")
+        if input_nodes.dim() != 1:
+            raise ValueError(f"NeighborLoader: input_nodes must be 1-D; got shape {tuple(input_nodes.shape)}")
         if input_nodes.dtype == torch.bool:
             if input_nodes.numel() != graph.num_nodes:
                 raise ValueError(f"NeighborLoader: an input_nodes mask must have {graph.num_nodes} entries; got "
                                  f"{input_nodes.numel()}")
             return input_nodes.to(device).nonzero().view(-1)
-        if input_nodes.dtype not in (torch.int64, torch.int32):
-            raise ValueError(f"NeighborLoader: input_nodes must be bool or int64/int32; got {input_nodes.dtype}")
-        ids = input_nodes.to(device).long()
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= graph.num_nodes):
-            raise ValueError(f"NeighborLoader: input_nodes ids must lie in [0, {graph.num_nodes}); got values in "
-                             f"[{int(ids.min())}, {int(ids.max())}]")
+        ids = check_node_ids("NeighborLoader", "input_nodes", input_nodes.to(device), graph)
+        if graph.num_nodes > 2 and ids.numel() == graph.num_nodes and bool((ids <= 1).all()):
+            raise ValueError(f"NeighborLoader: input_nodes holds {ids.numel()} ids, all 0 or 1: a 0/1 mask given as "
+                             "integers? Pass it as a bool mask (mask.bool()), or node ids")
         return ids
 
     def __len__(self) -> int:

@@ -105,7 +105,7 @@ def _hop(graph: Graph, nodes: Tensor, k: int, replace: bool, generator: torch.Ge
     rowptr, col, perm, _ = graph.csr
     start = rowptr[nodes]
     degree = graph.in_degree[nodes]
-    if k >= _max_in_degree(graph) and not replace:  # every in-edge, as -1 (Floyd's draws cost ~k² per row)
+    if k >= _max_in_degree(graph) and not replace:  # every in-edge, as -1 (the draws below cost ~k per row)
         k = -1
     if k < 0:
         owner, pos = expand_ranges(start, degree)
@@ -293,11 +293,6 @@ class NeighborSampler:
         """
         _check_square(graph, "NeighborSampler")
         check_generator(generator, graph.device, "NeighborSampler")
-        if not isinstance(seeds, Tensor):
-            raise TypeError(f"NeighborSampler: seeds must be a 1-D integer tensor; got {type(seeds).__name__}")
-        if seeds.dim() != 1 or seeds.dtype not in (torch.int64, torch.int32):
-            raise ValueError(f"NeighborSampler: seeds must be a 1-D integer tensor; got {tuple(seeds.shape)} "
-                             f"{seeds.dtype}")
         seeds = check_node_ids("NeighborSampler", "seeds", seeds, graph)  # one sync (the sampling has several)
         n, device = graph.num_nodes, graph.device
         num_seeds = seeds.numel()

@@ -247,6 +247,11 @@ def build_datamodule(cfg: DictConfig, dataset: NodeDataset) -> FullGraphDataModu
                 f"dataset '{cfg.data.name}' has {num_train} training nodes; lower sampler.batch_size or set "
                 "sampler.drop_last=false."
             )
+        hops, layers = len(sampler.num_neighbors), cfg.model.num_layers
+        if hops != layers:  # fewer: training sees a cut neighbourhood (evaluation the full graph); more: wasted
+            log.warning("sampler.num_neighbors has %d hop(s) and model.num_layers=%d: %s", hops, layers,
+                        "the deeper layers train on seeds' neighbourhoods cut short" if hops < layers else
+                        "the outer hops are sampled and gathered but no layer reaches them")
         sampler_args: dict[str, Any] = {}
         loader_args = {key: plain[key] for key in NEIGHBOR_LOADER_ARGS}
     else:

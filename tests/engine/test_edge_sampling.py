@@ -132,6 +132,9 @@ def test_refuses_gradients_wrong_types_and_cpu_tensors_on_kernel_backends():
     x = torch.randn(g.num_src, 3, requires_grad=True)
     with pytest.raises(ValueError, match="sampling= is for inference"):
         graphfuse.aggregate(g, x, sampling=EdgeSampling())
+    w = torch.rand(g.num_edges, requires_grad=True)  # learned edge weights, features without a gradient
+    with pytest.raises(ValueError, match="sampling= is for inference"):
+        graphfuse.aggregate(g, x.detach(), w, sampling=EdgeSampling(8))
     with torch.no_grad():
         assert graphfuse.aggregate(g, x, sampling=EdgeSampling()).shape == (g.num_dst, 3)
     with pytest.raises(TypeError, match="sampling must be a graphfuse.EdgeSampling"):

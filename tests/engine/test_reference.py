@@ -261,6 +261,33 @@ def test_deterministic_request_and_default_backend():
         graphfuse.set_default_backend("nope")
 
 
+def _sevens(graph, x, edge_weight, reduce):
+    return torch.full((graph.num_dst, x.size(1)), 7.0)
+
+
+def test_auto_skips_a_nondeterministic_backend_when_determinism_is_asked():
+    """Mutation audit: "auto" choosing without the deterministic pass, and the memo ignoring torch's flag, both
+    went unnoticed (the GPU tests name their backends)."""
+    g, x = make_graph_case("unsorted"), torch.randn(50, 4)
+    register_backend(Backend(name="fake_atomic", ops={"aggregate": _sevens}, devices=frozenset({"cpu"}), priority=10))
+    try:
+        assert (graphfuse.aggregate(g, x) == 7).all()
+        assert torch.equal(graphfuse.aggregate(g, x, deterministic=True), reference.aggregate(g, x))
+    finally:
+        graphfuse.engine.unregister_backend("fake_atomic")
+    register_backend(Backend(name="fake_torch_flag", ops={"aggregate": _sevens}, devices=frozenset({"cpu"}),
+                             torch_deterministic=True, priority=10))
+    previous = torch.are_deterministic_algorithms_enabled()
+    try:  # deterministic only under torch's flag: the choice follows the flag's changes
+        torch.use_deterministic_algorithms(False)
+        assert torch.equal(graphfuse.aggregate(g, x, deterministic=True), reference.aggregate(g, x))
+        torch.use_deterministic_algorithms(True)
+        assert (graphfuse.aggregate(g, x, deterministic=True) == 7).all()
+    finally:
+        torch.use_deterministic_algorithms(previous)
+        graphfuse.engine.unregister_backend("fake_torch_flag")
+
+
 def test_determinism_is_per_call_for_the_atomic_backends():
     """gas and hpspmm run atomics only in their own sum/mean aggregations: deterministic=True took their max/min
     (run by GE-SpMM), hpspmm's per-head weights (GE-SpMM too), sddmm and edge softmax for nondeterministic and

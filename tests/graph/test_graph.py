@@ -183,8 +183,11 @@ def test_csc_columns_list_their_edges_in_csr_order():
 def test_exported_conversions_check_their_input():
     """coo_to_csr of an id past num_dst returned a longer rowptr without an error; negative ids failed in
     bincount, a decreasing ptr in repeat_interleave."""
-    with pytest.raises(ValueError, match=r"coo_to_csr: edge_index ids must be >= 0 and row 1 below num_dst=3"):
-        coo_to_csr(torch.tensor([[0], [5]]), 3)
+    for past in (3, 5):  # the first id past the end too (mutation audit)
+        with pytest.raises(ValueError, match=r"coo_to_csr: edge_index ids must be >= 0 and row 1 below num_dst=3"):
+            coo_to_csr(torch.tensor([[0], [past]]), 3)
+    with pytest.raises(ValueError, match=r"target \(edge_index\[1\]\) indices must lie in \[0, 3\)"):
+        Graph(torch.tensor([[0], [3]]), num_nodes=3)  # the kernels' only guard: the engine skips validation
     with pytest.raises(ValueError, match=r"coo_to_csc: edge_index ids must be >= 0 and row 0 below num_src=3"):
         coo_to_csc(torch.tensor([[-1], [0]]), 3)
     with pytest.raises(TypeError, match="coo_to_csr: edge_index must be an int64 or int32 tensor"):

@@ -227,8 +227,14 @@ def test_loader_argument_checks():
         NeighborLoader(graph, [2], batch_size=0)
     with pytest.raises(ValueError, match="input_nodes mask"):
         NeighborLoader(graph, [2], input_nodes=torch.ones(3, dtype=torch.bool))
-    with pytest.raises(ValueError, match="input_nodes ids"):
+    with pytest.raises(ValueError, match=r"NeighborLoader: input_nodes must be node ids in \[0, 300\)"):
         NeighborLoader(graph, [2], input_nodes=torch.tensor([0, 300]))
+    # review: an integer 0/1 mask was read as ids (seeds 0 and 1, over and over); wrong types raise TypeError
+    with pytest.raises(ValueError, match="300 ids, all 0 or 1: a 0/1 mask given as integers"):
+        NeighborLoader(graph, [2], input_nodes=(torch.arange(300) % 2))
+    for bad in (torch.ones(3), [0, 1]):
+        with pytest.raises(TypeError, match="input_nodes must be a bool mask or an int64/int32 tensor"):
+            NeighborLoader(graph, [2], input_nodes=bad)
     with pytest.raises(ValueError, match="train_mask"):
         SaintLoader(graph, SaintNodeSampler(5), norm="paper")
     with pytest.raises(ValueError, match="num_steps"):
@@ -390,6 +396,12 @@ def test_training_nodes_the_sampler_can_never_draw_are_warned_about():
     for batch in loader:
         drawn |= set(batch.n_id.tolist())
     assert drawn == {0, 1}
+    # a node outside the training set that can never be drawn is not counted (mutation audit)
+    only_outside = graphfuse.Graph(torch.tensor([[0, 1, 2, 3, 4], [1, 2, 0, 5, 5]]), num_nodes=6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        SaintLoader(only_outside, SaintNodeSampler(budget=4), num_steps=1, norm="pyg", x=x, y=y, train_mask=train,
+                    sample_coverage=0)
 
 
 def test_sampler_objects_and_cache_dir_are_checked_where_they_are_taken():

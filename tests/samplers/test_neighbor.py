@@ -219,12 +219,15 @@ def test_bidirectional_edges_keep_their_own_ids(device):
     assert out.edge_index.tolist() == [[1, 0], [0, 1]] and out.e_id.tolist() == [0, 1]
     graph = random_graph(device, seed=4)
     seeds = torch.tensor([1, 2, 3], device=device)
-    directional = NeighborSampler([4, 3])(graph, seeds, torch.Generator(device=device).manual_seed(0))
+    for draw in range(10):  # the first draw that samples an edge and its reverse (a 2-cycle)
+        directional = NeighborSampler([4, 3])(graph, seeds, torch.Generator(device=device).manual_seed(draw))
+        own: dict[tuple[int, int], set[int]] = {}  # the graph has parallel edges: coalesced, one id kept
+        for (s, d), e in zip(directional.edge_index.t().tolist(), directional.e_id.tolist(), strict=True):
+            own.setdefault((s, d), set()).add(e)
+        if any((d, s) in own for s, d in own):
+            break
     both = NeighborSampler([4, 3], subgraph_type="bidirectional")(graph, seeds,
-                                                                   torch.Generator(device=device).manual_seed(0))
-    own: dict[tuple[int, int], set[int]] = {}  # the graph has parallel edges: coalesced, one id kept
-    for (s, d), e in zip(directional.edge_index.t().tolist(), directional.e_id.tolist(), strict=True):
-        own.setdefault((s, d), set()).add(e)
+                                                                   torch.Generator(device=device).manual_seed(draw))
     n_id, coo = both.n_id.tolist(), graph.edge_index.t().tolist()
     for (s, d), e in zip(both.edge_index.t().tolist(), both.e_id.tolist(), strict=True):
         if (s, d) in own:
@@ -244,6 +247,15 @@ def test_with_replacement_draws_are_uniform():
     observed = torch.bincount(hop.nbr, minlength=7)[1:].double() / hop.nbr.numel()
     p = 1 / 6
     assert bool(((observed - p).abs() <= 5 * (p * (1 - p) / hop.nbr.numel()) ** 0.5).all())
+
+
+def test_a_node_without_in_edges_draws_nothing_with_replacement():
+    """Mutation audit: drawing with replacement from a row of degree 0 would take the next row's edge (or index
+    past the end for the last row); every test graph had in-edges at every node."""
+    graph = graphfuse.Graph(torch.tensor([[0], [1]]), num_nodes=2)  # node 0: no in-edges
+    for seeds in (torch.tensor([0]), torch.tensor([0, 1, 0])):
+        hop = sample_neighbors(graph, seeds, 2, replace=True, generator=torch.Generator().manual_seed(0))
+        assert hop.e_id.tolist() == [0, 0] * int((seeds == 1).sum()) and hop.nbr.tolist() == hop.e_id.tolist()
 
 
 def test_disjoint_grows_one_tree_per_seed(device):
@@ -323,8 +335,9 @@ def test_argument_checks():
         NeighborSampler([3], subgraph_type="both")
     with pytest.raises(ValueError, match="seeds"):
         NeighborSampler([3])(diamond(), torch.tensor([[0]]))
-    with pytest.raises(TypeError, match="NeighborSampler: seeds must be a 1-D integer tensor; got list"):
-        NeighborSampler([3])(diamond(), [0, 1])  # was an AttributeError ('list' object has no attribute 'dim')
+    for bad in ([0, 1], torch.tensor([0.0]), torch.tensor([True])):  # a list was an AttributeError; TypeError as
+        with pytest.raises(TypeError, match="NeighborSampler: seeds must be an int64 or int32 tensor"):  # elsewhere
+            NeighborSampler([3])(diamond(), bad)
     n = diamond().num_nodes
     for disjoint in (False, True):  # -1 was taken silently in disjoint mode (x[-1] gathered later)
         for bad in ([-1], [0, n]):

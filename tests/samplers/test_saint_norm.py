@@ -153,6 +153,13 @@ def test_cache_hit_skips_pre_sampling(tmp_path, monkeypatch, device):
     with pytest.raises(AssertionError, match="pre-sampled"):
         compute_saint_norm(make_graph_case("hub", device, seed=1), sampler, sample_coverage=5, seed=3,
                            cache_dir=tmp_path)
+    monkeypatch.undo()  # norm='paper' with another training mask (mutation audit: the key ignored the mask)
+    first = graph.in_degree > 1
+    other = first.clone()
+    other[first.nonzero()[0]] = False
+    compute_saint_norm(graph, sampler, sample_coverage=5, norm="paper", train_mask=first, cache_dir=tmp_path)
+    sn = compute_saint_norm(graph, sampler, sample_coverage=5, norm="paper", train_mask=other, cache_dir=tmp_path)
+    assert bool((sn.node_norm[~other] == 0).all())
 
 
 def test_a_cache_dir_inside_the_mirror_is_refused(tmp_path, monkeypatch):

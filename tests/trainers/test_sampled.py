@@ -151,6 +151,20 @@ def test_a_saint_cache_dir_inside_the_mirror_is_a_config_error(tmp_path, monkeyp
     assert not (tmp_path / "norm").exists()
 
 
+def test_neighbour_hops_other_than_the_layers_are_warned_about(caplog):
+    """Review: num_neighbors=[15, 10, 5] with 2 layers (wasted hops) or [10] with 2 (a cut neighbourhood) passed
+    without a word."""
+    import logging
+
+    dataset = load_dataset("synthetic", num_nodes=100, num_features=4, num_classes=3)
+    for hops, message in (("[5,5]", None), ("[5,5,5]", "no layer reaches them"), ("[5]", "cut short")):
+        cfg = load_config(["data=synthetic", "sampler=neighbor", f"sampler.num_neighbors={hops}"])
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="graphfuse.trainers.build"):
+            build_datamodule(cfg, dataset)
+        assert (message in caplog.text and "model.num_layers=2" in caplog.text) if message else caplog.text == ""
+
+
 def test_loader_is_built_on_the_training_device_and_reseeded_per_epoch(tmp_path):
     dataset = load_dataset("synthetic", num_nodes=100, num_features=4, num_classes=3)
     cfg = load_config(["data=synthetic", "sampler=saint_rw", "model=saint", "model.aggr=sum", "sampler.roots=10",

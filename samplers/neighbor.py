@@ -170,13 +170,23 @@ class _NodeMap:
         self.local = torch.full((n,), -1, dtype=torch.int64, device=seeds.device)
         self.local.scatter_reduce_(0, seeds, torch.arange(seeds.numel(), device=seeds.device), "amin",
                                    include_self=False)
+        self.first = torch.empty_like(self.local)  # scratch: a candidate node's first position (see add)
 
     def find(self, keys: Tensor) -> Tensor:
         return self.local[keys]
 
     def add(self, cand: Tensor, count: int) -> tuple[Tensor, Tensor]:
-        local, new, new_local = _add(self, cand, count)
-        self.local[new] = new_local
+        # first appearances through the dense scratch (an "amin" scatter of positions reads only what it writes),
+        # not a sort: the unseen candidates at their first position are the new nodes, in order
+        local = self.local[cand]
+        position = torch.arange(cand.numel(), device=cand.device)
+        self.first.scatter_reduce_(0, cand, position, "amin", include_self=False)
+        first = self.first[cand]
+        head = (first == position) & (local < 0)
+        rank = torch.cumsum(head, 0) - 1
+        local = torch.where(local < 0, count + rank[first], local)
+        new = cand[head]  # the host sync: the number of new nodes
+        self.local[new] = torch.arange(count, count + new.numel(), device=cand.device)
         return local, new
 
 
@@ -196,20 +206,14 @@ class _KeySet:
         return torch.where(self.keys[pos] == keys, self.local_of_key[pos], -1)
 
     def add(self, cand: Tensor, count: int) -> tuple[Tensor, Tensor]:
-        local, new, new_local = _add(self, cand, count)
+        local = self.find(cand)
+        missing = (local < 0).nonzero().view(-1)
+        new, rank = _first_occurrence(cand[missing])
+        local[missing] = count + rank
         self.keys, merge = torch.sort(torch.cat([self.keys, new]))
+        new_local = torch.arange(count, count + new.numel(), device=cand.device)
         self.local_of_key = torch.cat([self.local_of_key, new_local])[merge]
         return local, new
-
-
-def _add(node_set: _NodeMap | _KeySet, cand: Tensor, count: int) -> tuple[Tensor, Tensor, Tensor]:
-    """The candidates' local ids (unseen ones numbered from ``count`` in order of first appearance), the new
-    keys and their local ids, for the caller to insert."""
-    local = node_set.find(cand)
-    missing = (local < 0).nonzero().view(-1)
-    new, rank = _first_occurrence(cand[missing])
-    local[missing] = count + rank
-    return local, new, torch.arange(count, count + new.numel(), device=cand.device)
 
 
 def _first_occurrence(keys: Tensor) -> tuple[Tensor, Tensor]:

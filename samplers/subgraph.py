@@ -90,7 +90,7 @@ def check_node_ids(name: str, arg: str, nodes: object, graph: Graph) -> Tensor:
     if nodes.device != graph.device:
         raise ValueError(f"{name}: {arg} are on {nodes.device} but the graph is on {graph.device}")
     if nodes.numel():
-        low, high = (int(v) for v in torch.aminmax(nodes))
+        low, high = torch.stack(torch.aminmax(nodes)).tolist()  # one host sync
         if low < 0 or high >= graph.num_nodes:
             raise ValueError(f"{name}: {arg} must be node ids in [0, {graph.num_nodes}); got values in [{low}, {high}]")
     return nodes.long()

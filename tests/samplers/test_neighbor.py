@@ -423,3 +423,21 @@ def test_graphs_over_the_dense_limit_sample_the_same(subgraph_type, device, monk
     for name in ("n_id", "edge_index", "e_id"):
         assert torch.equal(getattr(dense, name), getattr(keyed, name)), name
     assert dense.num_sampled_nodes == keyed.num_sampled_nodes
+
+
+def test_the_dense_node_map_and_the_key_set_number_nodes_alike(device):
+    """_NodeMap finds first appearances through a dense scatter, _KeySet through a sort: the same local ids and new
+    nodes, in order of first appearance, for candidates with repeats, seen nodes and repeated seeds."""
+    from graphfuse.samplers.neighbor import _KeySet, _NodeMap
+
+    gen = torch.Generator().manual_seed(0)
+    seeds = torch.tensor([5, 3, 5, 9], device=device)
+    dense, keys = _NodeMap(20, seeds), _KeySet(seeds)
+    count = seeds.numel()
+    for _ in range(4):
+        cand = torch.randint(0, 20, (30,), generator=gen).to(device)
+        (local_a, new_a), (local_b, new_b) = dense.add(cand, count), keys.add(cand, count)
+        assert torch.equal(local_a, local_b) and torch.equal(new_a, new_b)
+        assert bool((local_a >= 0).all()) and new_a.unique().numel() == new_a.numel()
+        count += new_a.numel()
+    assert dense.find(seeds).tolist() == keys.find(seeds).tolist() == [0, 1, 0, 3]

@@ -28,9 +28,10 @@ import torch
 
 import graphfuse
 from bench_graphs import write_report
+from graphfuse.data import DatasetNotFoundError
 from graphfuse.engine.edge_sampling import STRATEGIES, EdgeSampling
 from graphfuse.trainers.build import build_datamodule, build_dataset, build_model
-from graphfuse.trainers.config import load_config
+from graphfuse.trainers.config import ConfigError, load_config
 from graphfuse.trainers.module import NodeClassifier
 from graphfuse.trainers.run import train
 
@@ -61,8 +62,8 @@ def forward_ms(module: NodeClassifier, batch, repeats: int = 20, warmup: int = 3
 
 def bench_experiment(spec: str, overrides: list[str], runs_dir: Path, widths: list[int]) -> dict:
     name, *extra = spec.split()
-    cfg = load_config([f"experiment={name}", *extra, *overrides,
-                       f"output_dir={runs_dir / '_'.join(spec.split()).replace('=', '-')}"])
+    folder = "_".join([*spec.split(), *overrides]).replace("=", "-").replace("/", "-")  # a run per settings
+    cfg = load_config([f"experiment={name}", *extra, *overrides, f"output_dir={runs_dir / folder}"])
     metrics = train(cfg, verbose=False)
     dataset = build_dataset(cfg.data)
     model = build_model(cfg.model, dataset.num_features, dataset.num_classes)
@@ -136,7 +137,10 @@ def main() -> None:
     report = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "torch": torch.__version__,
               "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None, "experiments": []}
     for spec in args.experiments:
-        report["experiments"].append(bench_experiment(spec, args.overrides, args.runs_dir, args.widths))
+        try:
+            report["experiments"].append(bench_experiment(spec, args.overrides, args.runs_dir, args.widths))
+        except (ConfigError, DatasetNotFoundError) as error:  # e.g. the run folder holds a run of other settings
+            raise SystemExit(f"bench_es: error: {error} (runs go under --runs-dir={args.runs_dir})") from None
         write_report(report, args.out, args.md, markdown)
     print(markdown(report))
 

@@ -72,9 +72,10 @@ def _epoch_ms(r: dict[str, Any]) -> str:
 
 
 def _settings(r: dict[str, Any]) -> list[str]:
-    """A result's command-line overrides that change what was trained: not the PyG twin's model switch, nor
-    logging switches."""
-    return [o for o in r["overrides"] if not o.startswith(("model.name=", "logger."))]
+    """A result's command-line overrides that change what was trained: not the PyG twin's model switch, logging
+    and display switches, nor trainer.resume."""
+    return [o for o in r["overrides"] if not o.startswith(("model.name=", "logger.", "trainer.resume=",
+                                                            "trainer.progress_bar="))]
 
 
 def markdown(results: dict[str, dict[str, Any]]) -> str:
@@ -171,7 +172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 r = results[name]
                 print(f"{name}: {r['mean'] * 100:.2f} ± {r['std'] * 100:.2f} over {len(runs)} seeds", flush=True)
     except (ConfigError, DatasetNotFoundError) as error:  # e.g. a later experiment's dataset is missing
-        print(f"reproduce: error: {error}", file=sys.stderr)
+        print(f"reproduce: error: {error} (each seed runs in --runs-dir/<name>/seed<k>: another --runs-dir keeps "
+              "earlier runs)", file=sys.stderr)
         status = 2
     except (KeyboardInterrupt, SystemExit) as stop:  # SIGTERM or Ctrl-C inside a run
         status = interrupted("reproduce", stop, last)

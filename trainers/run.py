@@ -191,9 +191,11 @@ def changed_settings(section: str, old: dict[str, Any], new: dict[str, Any]) -> 
     return sorted(k for k in {*old, *new} if (section, k) not in RESUME_FREE and value(old, k) != value(new, k))
 
 
-RERUN_FREE = ("output_dir", "trainer.resume", "trainer.progress_bar", "logger.")
+RERUN_FREE = ("output_dir", "trainer.resume", "trainer.progress_bar", "trainer.model_summary",
+              "trainer.log_every_n_steps", "logger.", "data.root", "model.backend")
 """Settings (dotted keys, or prefixes ending in ".") a fresh run may change and still replace an earlier run in
-its output_dir: they change how a run is shown and logged, not what it trains."""
+its output_dir: how a run is shown and logged, where the data is read from and which engine backend computes
+(also free on a resume), not what it trains."""
 
 
 def _flat(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -221,25 +223,37 @@ def _check_rerun(out: Path, resolved: dict[str, Any]) -> None:
         earlier = OmegaConf.to_container(OmegaConf.load(config_file))
     except Exception:  # noqa: BLE001 - absent, unreadable or not YAML: no run config describes these files
         earlier = None
+    free = _free_folder(out)
     if not isinstance(earlier, dict) or "seed" not in earlier:
+        what = "no config.yaml" if not config_file.exists() else "a config.yaml that is not a graphfuse run's"
         raise ConfigError(
-            f"output_dir={out} holds {', '.join(held)} without a config.yaml of the run that wrote them; a fresh run "
-            "would replace them. Point output_dir= at another folder, or move them."
+            f"output_dir={out} holds {', '.join(held)} with {what}; a fresh run would replace them. Point this run "
+            f"at another folder (e.g. output_dir={free}), or move them."
         )
     old, new = _flat(earlier), _flat(resolved)
     changed = sorted(k for k in {*old, *new} if not k.startswith(RERUN_FREE) and old.get(k) != new.get(k))
     if changed:
         shown = ", ".join(f"{k}={_cli_value(old.get(k))} (this run: {_cli_value(new.get(k))})" for k in changed[:4])
+        # a resume may change optimiser, trainer and sampler settings, not the data, model or seed
+        resumable = all(k.split(".")[0] in ("optim", "trainer", "sampler") for k in changed)
         raise ConfigError(
             f"output_dir={out} holds a run of other settings ({shown}{', ...' if len(changed) > 4 else ''}); a "
-            "fresh run would replace its checkpoints. Give this run another output_dir=, continue that run with "
-            "trainer.resume=true, or delete the folder."
+            f"fresh run would replace its checkpoints. Give this run another folder (e.g. output_dir={free})"
+            f"{', continue that run with trainer.resume=true' if resumable else ''}, or delete the folder."
         )
 
 
+def _free_folder(out: Path) -> Path:
+    """The first of ``out-2``, ``out-3``, ... that does not exist: a folder to suggest for another run."""
+    number = 2
+    while out.with_name(f"{out.name}-{number}").exists():
+        number += 1
+    return out.with_name(f"{out.name}-{number}")
+
+
 def _resume_state(cfg: DictConfig, ckpt_dir: Path, resolved: dict[str, Any]) -> dict[str, Any] | None:
-    """The content of the checkpoint to resume from (``trainer.resume``), checked; None for a fresh run (checked
-    by :func:`_check_rerun`). Touches nothing: a refused run leaves the run directory as it was."""
+    """The content of the checkpoint to resume from (``trainer.resume``), checked; None for a fresh run (whose
+    folder :func:`_check_rerun` checked first). Touches nothing: a refused run leaves the run directory as it was."""
     if not cfg.trainer.resume:
         foreign = _run_checkpoints(ckpt_dir)[1]
         if foreign:  # a fresh run clears the folder's checkpoints: it must not delete what is not one of them
@@ -248,7 +262,6 @@ def _resume_state(cfg: DictConfig, ckpt_dir: Path, resolved: dict[str, Any]) -> 
                 f"{ckpt_dir} holds files that are not this kind of run's checkpoints ({names}); a fresh run would "
                 "clear that folder. Point output_dir= at another folder, or move them."
             )
-        _check_rerun(ckpt_dir.parent, resolved)
         return None
     last = ckpt_dir / "last.ckpt"
     if not last.is_file():
@@ -403,6 +416,8 @@ def train(cfg: DictConfig, *, verbose: bool = True) -> dict[str, Any]:
     ckpt_dir = out / "checkpoints"
     resolved = OmegaConf.to_container(cfg, resolve=True)
     resolved["output_dir"] = str(out)
+    if not cfg.trainer.resume:  # before the data and model are built: a refusal comes at once
+        _check_rerun(out, resolved)
 
     # best-*.ckpt: the best val/acc (trainer.test's ckpt_path="best" reads the first ModelCheckpoint);
     # last.ckpt: every epoch, what resume reads (save_last=True on the first one would write it only when the

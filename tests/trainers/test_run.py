@@ -146,7 +146,7 @@ def test_a_fresh_run_names_the_earlier_results_it_replaces(tiny, tmp_path, caplo
     run = tmp_path / "run"
     run.mkdir()
     (run / "metrics.json").write_text("{}")  # no run's config.yaml describes it: refused (see the next test)
-    with pytest.raises(ConfigError, match=r"holds metrics.json without a config.yaml"):
+    with pytest.raises(ConfigError, match=r"holds metrics.json with no config.yaml; .* \(e.g. output_dir=.*run-2\)"):
         train(load_config([*tiny, "trainer.max_epochs=1"]), verbose=False)
     (run / "metrics.json").unlink()
     train(load_config([*tiny, "trainer.max_epochs=1"]), verbose=False)
@@ -168,15 +168,19 @@ def test_a_fresh_run_of_other_settings_leaves_an_earlier_run_alone(tiny, tmp_pat
     kept = sorted(p.name for p in (run / "checkpoints").iterdir())
     config = (run / "config.yaml").read_text()
     with pytest.raises(ConfigError, match=r"holds a run of other settings \(model.hidden=\d+ \(this run: 7\)\); a "
-                       "fresh run would replace its checkpoints. Give this run another output_dir="):
+                       r"fresh run would replace its checkpoints. Give this run another folder \(e.g. output_dir=.*"
+                       r"run-2\), or delete the folder"):  # no resume offered: it would refuse other model settings
         train(load_config([*tiny, "trainer.max_epochs=2", "model.hidden=7"]), verbose=False)
+    with pytest.raises(ConfigError, match="continue that run with trainer.resume=true"):  # a resume could
+        train(load_config([*tiny, "trainer.max_epochs=3"]), verbose=False)
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == kept
     assert (run / "config.yaml").read_text() == config
     with caplog.at_level(logging.WARNING, logger="graphfuse.trainers.run"):  # a rerun, shown differently
-        train(load_config([*tiny, "trainer.max_epochs=2", "trainer.progress_bar=false"]), verbose=False)
+        train(load_config([*tiny, "trainer.max_epochs=2", "trainer.progress_bar=false", "trainer.model_summary=false",
+                           "model.backend=reference"]), verbose=False)
     assert "earlier run of the same settings; removing them" in caplog.text
     (run / "config.yaml").write_text("my own notes: do not delete\n")
-    with pytest.raises(ConfigError, match="without a config.yaml of the run that wrote them"):
+    with pytest.raises(ConfigError, match="with a config.yaml that is not a graphfuse run's"):
         train(load_config([*tiny, "trainer.max_epochs=2"]), verbose=False)
     assert (run / "config.yaml").read_text() == "my own notes: do not delete\n"
 

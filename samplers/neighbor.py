@@ -105,7 +105,7 @@ def _hop(graph: Graph, nodes: Tensor, k: int, replace: bool, generator: torch.Ge
     rowptr, col, perm, _ = graph.csr
     start = rowptr[nodes]
     degree = graph.in_degree[nodes]
-    if k >= _max_in_degree(graph) and not replace:  # every in-edge, as -1 (the draws below cost ~k per row)
+    if k >= _max_in_degree(graph) and not replace:  # every in-edge, as -1 (Floyd's draws cost ~k² per row)
         k = -1
     if k < 0:
         owner, pos = expand_ranges(start, degree)

@@ -144,13 +144,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     from graphfuse.data import DatasetNotFoundError
     from graphfuse.trainers.cli import interrupted, quiet_lightning
-    from graphfuse.trainers.config import ConfigError, load_config, resolved_output_dir
+    from graphfuse.trainers.config import ConfigError, load_config
     from graphfuse.trainers.run import train
 
     quiet_lightning()
     results: dict[str, dict[str, Any]] = {}
     status = 0
-    last = None  # the running seed's last.ckpt
+    cfg = None  # the running seed's config
     try:
         # every experiment composed before any trains: a typo in the last one must not cost the earlier runs
         models = {e: load_config([f"experiment={e}", *args.overrides]).model.name for e in args.experiments}
@@ -163,7 +163,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                         f"experiment={experiment}", f"seed={seed}", "trainer.progress_bar=false",
                         f"output_dir={args.runs_dir / name / f'seed{seed}'}", *overrides,
                     ])
-                    last = resolved_output_dir(cfg) / "checkpoints" / "last.ckpt"
                     metrics = train(cfg, verbose=False)
                     print(f"{name} seed {seed}: test acc {metrics['test']['acc']:.4f} (best epoch "
                           f"{metrics['best_epoch']}, {metrics['wall_time_s']:.1f} s)", flush=True)
@@ -176,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               "earlier runs)", file=sys.stderr)
         status = 2
     except (KeyboardInterrupt, SystemExit) as stop:  # SIGTERM or Ctrl-C inside a run
-        status = interrupted("reproduce", stop, last)
+        status = interrupted("reproduce", stop, cfg)
     if not results:
         return status
     args.out.mkdir(parents=True, exist_ok=True)  # the experiments that finished are kept

@@ -15,7 +15,10 @@ from __future__ import annotations
 import logging
 import sys
 import textwrap
-from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 USAGE = """\
 usage: graphfuse-train [key=value ...]
@@ -34,16 +37,19 @@ def _fail(message: str) -> int:
     return 2
 
 
-def interrupted(prog: str, stop: BaseException, last: Path | None = None) -> int:
-    """The exit status of a run stopped by SIGTERM (143) or Ctrl-C (130), with a line on stderr saying whether
-    ``last`` (the run's last.ckpt, None before the run's config is known) holds an epoch to resume from. Lightning
-    turns SIGTERM into a SystemExit without a code (status 0: a preempted job looked finished) and Ctrl-C into
+def interrupted(prog: str, stop: BaseException, cfg: DictConfig | None = None) -> int:
+    """The exit status of a run stopped by SIGTERM (143) or Ctrl-C (130), with a line on stderr saying whether the
+    run of ``cfg`` (None before its config is composed) has a last.ckpt to resume from. Lightning turns SIGTERM
+    into a SystemExit without a code (status 0: a preempted job looked finished) and Ctrl-C into
     ``sys.exit(1)``."""
+    from graphfuse.trainers.config import resolved_output_dir
+
     # Lightning raised it only if it is loaded (importing it here could meet a half-imported module: a stop
     # during start-up)
     exceptions = sys.modules.get("lightning.pytorch.utilities.exceptions")
     sigterm = isinstance(stop, getattr(exceptions, "SIGTERMException", ()))
     what, status = ("SIGTERM", 143) if sigterm else ("an interrupt", 130)
+    last = None if cfg is None else resolved_output_dir(cfg) / "checkpoints" / "last.ckpt"
     if last is not None and last.is_file():
         print(f"{prog}: stopped by {what}; {last} holds the last finished epoch: run again with trainer.resume=true "
               "to continue", file=sys.stderr)
@@ -62,7 +68,7 @@ def quiet_lightning() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run ``graphfuse-train`` with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    from graphfuse.trainers.config import ConfigError, available, load_config, resolved_output_dir
+    from graphfuse.trainers.config import ConfigError, available, load_config
 
     if any(arg in ("-h", "--help") for arg in argv):
         print(USAGE.format(experiments=", ".join(available("experiment"))))
@@ -70,10 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     from graphfuse.data import DatasetNotFoundError
 
     quiet_lightning()
-    last = None
+    cfg = None
     try:
         cfg = load_config(argv)
-        last = resolved_output_dir(cfg) / "checkpoints" / "last.ckpt"
         from graphfuse.trainers.run import train
 
         train(cfg)
@@ -82,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     except DatasetNotFoundError as error:
         return _fail(f"dataset not found: {error}")
     except (KeyboardInterrupt, SystemExit) as stop:
-        return interrupted("graphfuse-train", stop, last)
+        return interrupted("graphfuse-train", stop, cfg)
     return 0
 
 

@@ -22,17 +22,21 @@ def _write(path, rows):
         f.writelines(",".join(map(str, np.atleast_1d(r))) + "\n" for r in rows)
 
 
-def _fake_arxiv(root, *, release=True, n=30, e=60, f=5):
-    """A tiny ogbn-arxiv in ogb's raw layout (random content), so ogb processes it without downloading."""
+def _fake_arxiv(root, *, release=True, n=30, e=60, f=5, unlabelled=()):
+    """A tiny ogbn-arxiv in ogb's raw layout (random content), so ogb processes it without downloading. The
+    `unlabelled` nodes get a NaN label (as in ogbn-papers100M) and no split."""
     rng = np.random.default_rng(0)
     folder = root / "ogb" / "ogbn_arxiv"
     _write(folder / "raw" / "edge.csv.gz", rng.integers(0, n, (e, 2)))
     _write(folder / "raw" / "node-feat.csv.gz", rng.standard_normal((n, f)).round(3))
-    _write(folder / "raw" / "node-label.csv.gz", rng.integers(0, 40, (n, 1)))
+    labels = rng.integers(0, 40, (n, 1)).astype(float)
+    labels[list(unlabelled)] = np.nan
+    _write(folder / "raw" / "node-label.csv.gz", labels)
     _write(folder / "raw" / "node_year.csv.gz", rng.integers(2000, 2020, (n, 1)))
     _write(folder / "raw" / "num-node-list.csv.gz", [[n]])
     _write(folder / "raw" / "num-edge-list.csv.gz", [[e]])
     perm = rng.permutation(n)
+    perm = perm[~np.isin(perm, list(unlabelled))]
     for name, part in (("train", perm[:18]), ("valid", perm[18:24]), ("test", perm[24:])):
         _write(folder / "split" / "time" / f"{name}.csv.gz", part[:, None])
     if release:
@@ -149,3 +153,12 @@ def test_unreadable_files_are_named(offline, tmp_path, damage):
     if damage == "no features":  # a raw file ogb looks for by name: the message names it
         assert "node-feat.csv.gz missing" in str(info.value)
     assert folder.is_dir() and offline == []  # the user's files are left alone
+
+
+@pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
+def test_unlabelled_ogb_nodes_get_minus_one(offline, tmp_path):
+    perm = _fake_arxiv(tmp_path, unlabelled=(3, 7))
+    ds = load_dataset("ogbn-arxiv", tmp_path)
+    assert ds.y.dtype == torch.int64
+    assert ds.y[[3, 7]].tolist() == [-1, -1]
+    assert (ds.y[torch.from_numpy(perm)] >= 0).all()

@@ -16,6 +16,7 @@ from graphfuse.data import (
     load_dataset,
     normalize_features,
     register_dataset,
+    registry,
 )
 from graphfuse.data.registry import resolve_loader
 
@@ -315,3 +316,39 @@ def test_unreadable_cora_raw_files_name_the_folder(no_mirror, tmp_path):
     with pytest.raises(DatasetNotFoundError, match="cora: cannot read the raw files in .*raw .*delete them") as info:
         load_dataset("cora", tmp_path, download=False)
     assert info.value.path == raw
+
+
+def test_the_longest_matching_prefix_wins(monkeypatch):
+    monkeypatch.setattr(registry, "DATASETS", dict(registry.DATASETS))
+
+    def short(name, root):
+        return _tiny(name)
+
+    def long(name, root):
+        return _tiny(name)
+
+    registry.register_dataset("fam-*")(short)
+    registry.register_dataset("fam-x-*")(long)
+    assert registry.resolve_loader("fam-x-1") is long
+    assert registry.resolve_loader("fam-y") is short
+
+
+def test_a_bare_prefix_is_no_dataset_name(monkeypatch):
+    monkeypatch.setattr(registry, "DATASETS", dict(registry.DATASETS))
+    registry.register_dataset("fam-*")(lambda name, root: _tiny(name))
+    with pytest.raises(ValueError, match="unknown dataset name 'fam-'"):
+        registry.resolve_loader("fam-")
+
+
+def test_an_empty_root_means_the_default_root(monkeypatch, tmp_path):
+    monkeypatch.setattr(registry, "DATASETS", dict(registry.DATASETS))
+    monkeypatch.setenv("GRAPHFUSE_DATA_ROOT", str(tmp_path / "data"))
+    seen = {}
+
+    def toy(name, root):
+        seen["root"] = root
+        return _tiny(name)
+
+    registry.register_dataset("toy")(toy)
+    registry.load_dataset("toy", "")
+    assert seen["root"] == tmp_path / "data"

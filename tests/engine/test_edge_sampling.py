@@ -7,7 +7,13 @@ import pytest
 import torch
 
 import graphfuse
-from graphfuse.engine.edge_sampling import EdgeSampling, hash_uniforms, kept_entries
+from graphfuse.engine.edge_sampling import (
+    EdgeSampling,
+    current_sampling,
+    hash_uniforms,
+    kept_entries,
+    use_sampling,
+)
 
 HUB_DEGREE = 40
 
@@ -213,3 +219,12 @@ def test_half_precision_sampled_sum_scales_in_float32():
             want = graphfuse.aggregate(g, x, reduce=reduce, sampling=EdgeSampling(1, "bucket"))
             assert got.dtype == torch.float16
             torch.testing.assert_close(got.float(), want, rtol=1e-3, atol=1e-6)
+
+
+def test_use_sampling_is_undone_when_its_block_ends():
+    with use_sampling(EdgeSampling(8)):
+        assert current_sampling() == EdgeSampling(8)
+    assert current_sampling() is None
+    with pytest.raises(RuntimeError), use_sampling(EdgeSampling(4)):
+        raise RuntimeError("boom")
+    assert current_sampling() is None

@@ -44,3 +44,13 @@ def test_a_graph_moved_in_inference_mode_serves_training():
     with torch.inference_mode():
         moved = g.to("meta")  # another device: a real move
     assert not moved.edge_index.is_inference() and not moved.edge_weight.is_inference()
+
+
+def test_inference_weights_changed_in_place_are_permuted_again():
+    """autograd._permuted must not cache an inference tensor's permutation (no version counter to notice a change)."""
+    with torch.inference_mode():
+        g = _graph(weighted=True)
+        autograd._permuted(g, g.edge_weight, "csr")
+        g.edge_weight.mul_(2.0)  # in place, unseen by any version counter
+        second = autograd._permuted(g, g.edge_weight, "csr")
+    assert torch.equal(second, g.edge_weight.index_select(0, g.csr.perm))

@@ -3,6 +3,8 @@ launcher validation (without a GPU). tests/kernels/test_compile.py compiles the 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -10,6 +12,7 @@ from graph.processing_cases import ALL_CASES, SQUARE_CASES, processing_graph
 
 import graphfuse
 import graphfuse.nn
+from graphfuse.checks import is_finite_real
 from graphfuse.graph import Graph, Stage, norm, processing
 from graphfuse.kernels import gat_attention, graph_processing
 
@@ -382,3 +385,20 @@ def test_unweighted_graphs_under_a_half_default_dtype_do_not_reach_the_fused_sta
             processing.gcn_norm(g, backend="fused")
     finally:
         torch.set_default_dtype(previous)
+
+
+def test_process_graph_gcn_without_self_loops_adds_none():
+    g = Graph(torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]]), num_nodes=4)
+    out = processing.process_graph(g, norm="gcn", backend="reference")
+    expected = norm.gcn_norm(g, add_self_loops=False)
+    assert out.num_edges == g.num_edges
+    assert torch.equal(out.edge_index, expected.edge_index)
+    torch.testing.assert_close(out.edge_weight, expected.edge_weight)
+
+
+def test_minus_infinity_is_no_fill_value():
+    assert not is_finite_real(-math.inf)
+    assert not is_finite_real(np.float64("-inf"))
+    g = Graph(torch.tensor([[0, 1], [1, 0]]), num_nodes=2)
+    with pytest.raises(ValueError, match="fill_value must be a finite real number"):
+        processing.process_graph(g, self_loops=True, fill_value=-math.inf)

@@ -334,3 +334,10 @@ def test_attention_launchers_check_before_reading_their_arguments():
     with pytest.raises(TypeError, match="gat_softmax_backward: col32 must be a torch.Tensor"):
         launchers.softmax_backward(rowptr, [0, 1, 2, 0], perm, rowptr, col32, perm, torch.randn(4, 2), None, perm,
                                    a, b, row_max, row_sum)
+
+
+def test_gat_attention_refuses_dropout_one():
+    g = Graph(torch.randint(0, 20, (2, 80), generator=torch.Generator().manual_seed(0)), num_nodes=20)
+    a = torch.randn(g.num_nodes, 2)
+    with pytest.raises(ValueError, match=r"dropout must lie in \[0, 1\)"):
+        gat_attention(g, a, a, dropout=1.0, training=True)

@@ -80,3 +80,18 @@ def test_bad_arguments():
         cluster_order(make_graph_case("bipartite"))
     with pytest.raises(TypeError, match="graph must be a graphfuse.Graph"):
         cluster_labels(torch.zeros(2, 3))
+
+
+def test_two_colourable_structures_do_not_oscillate():
+    """One undirected edge: updating both endpoints at once would swap their labels every pass."""
+    g = graphfuse.Graph(torch.tensor([[0, 1], [1, 0]]), num_nodes=2)
+    labels = cluster_labels(g)
+    assert labels[0] == labels[1]
+
+
+def test_a_quiet_half_pass_does_not_stop_propagation():
+    """Even nodes isolated, odd nodes a triangle: the first (even) pass changes nothing, the odd half still must run."""
+    g = graphfuse.Graph(torch.tensor([[1, 3, 3, 5, 5, 1], [3, 1, 5, 3, 1, 5]]), num_nodes=6)
+    labels = cluster_labels(g)
+    assert labels[1] == labels[3] == labels[5]
+    assert labels[[0, 2, 4]].tolist() == [0, 2, 4]

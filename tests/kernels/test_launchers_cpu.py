@@ -14,7 +14,7 @@ import torch
 import graphfuse
 from cases import make_graph_case
 from graphfuse.engine import autograd, reference
-from graphfuse.kernels import gar, gas, radix_sort, runtime, spmm
+from graphfuse.kernels import gar, gas, graph_processing, radix_sort, runtime, spmm
 
 
 def test_kernels_import_without_cupy():
@@ -584,3 +584,34 @@ def test_kernel_backends_refuse_half_precision_by_op():
         autograd.sddmm(g, x, x)
     with pytest.raises(TypeError, match="aggregate: the CUDA kernel backends support float32 and float64 features"):
         autograd.gespmm_aggregate(g, x)
+
+
+def test_edge_softmax_is_stable_for_large_scores():
+    g = graphfuse.Graph(torch.tensor([[0, 1, 2], [2, 2, 0]]), num_nodes=3)
+    out = autograd.edge_softmax(g, torch.tensor([1000.0, 1000.0, -1000.0]))
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out, torch.tensor([0.5, 0.5, 1.0]))
+
+
+def test_kernel_backends_do_not_claim_per_head_sampled_aggregation():
+    g = graphfuse.Graph(torch.randint(0, 20, (2, 80), generator=torch.Generator().manual_seed(0)), num_nodes=20)
+    supports = autograd._supports("gespmm")
+    x = torch.randn(g.num_src, 4)
+    assert supports("sampled_aggregate", graph=g, x=x, edge_weight=torch.rand(g.num_edges), reduce="sum")
+    assert not supports("sampled_aggregate", graph=g, x=x, edge_weight=torch.rand(g.num_edges, 2), reduce="sum")
+
+
+def test_gas_self_loops_need_num_dst_rows_of_x():
+    src = dst = torch.tensor([0, 1])
+    with pytest.raises(ValueError, match="self loops need x with at least num_dst=3 rows; got 2"):
+        gas.gas_forward(src, dst, torch.randn(2, 4), num_dst=3, self_loops=True)
+
+
+def test_graph_processing_refuses_bipartite_gcn():
+    with pytest.raises(ValueError, match="need a square graph"):
+        graph_processing.process(torch.tensor([[0, 1], [1, 0]]), 3, 2, norm="gcn")
+
+
+def test_gar_refuses_an_empty_rowptr():
+    with pytest.raises(ValueError, match="rowptr must have at least one element"):
+        gar.gar_forward(torch.empty(0, dtype=torch.long), torch.empty(0, dtype=torch.int32), torch.randn(2, 4))

@@ -395,3 +395,9 @@ def test_numpy_widths_and_slope_are_accepted(cls):
     reference = cls(IN, OUT, **({"negative_slope": 0.1} if cls is GATConv else {}))
     reference.load_state_dict(conv.state_dict())
     torch.testing.assert_close(conv(x, g), reference(x, g))
+
+
+def test_gat_without_self_loops_names_the_square_requirement():
+    g = graphfuse.Graph(torch.tensor([[0, 4, 2], [0, 1, 2]]), num_src=5, num_dst=3)
+    with pytest.raises(ValueError, match="GATConv: graph must be square"):
+        GATConv(4, 3, add_self_loops=False)(torch.randn(5, 4), g)

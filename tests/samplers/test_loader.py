@@ -430,3 +430,22 @@ def test_sampler_objects_and_cache_dir_are_checked_where_they_are_taken():
     lonely[graph.edge_index[0, 0]] = True  # one training node: no edge between training nodes
     with pytest.raises(ValueError, match="compute_saint_norm: norm='paper' samples from the training subgraph"):
         compute_saint_norm(graph, SaintNodeSampler(budget=4), sample_coverage=1, norm="paper", train_mask=lonely)
+
+
+def _small_batch() -> Batch:
+    graph = graphfuse.Graph(torch.tensor([[0, 1, 2], [1, 2, 0]]), num_nodes=3,
+                            edge_weight=torch.tensor([0.5, 1.0, 2.0]))
+    return Batch(graph=graph, n_id=torch.arange(3), e_id=torch.arange(3), x=torch.zeros(3, 2), y=torch.zeros(3),
+                 batch=torch.tensor([0, 0, 1]), input_id=torch.tensor([4, 7]), batch_size=2)
+
+
+def test_batch_to_moves_every_tensor():
+    moved = _small_batch().to("meta")
+    for name in ("n_id", "e_id", "x", "y", "batch", "input_id"):
+        assert getattr(moved, name).device.type == "meta", name
+
+
+def test_to_pyg_keeps_edge_weights():
+    batch = _small_batch()
+    data = batch.to_pyg()
+    assert torch.equal(data.edge_weight, batch.graph.edge_weight)

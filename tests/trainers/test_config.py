@@ -293,3 +293,10 @@ def test_a_choice_ending_in_yaml_is_the_users_own_file(tmp_path, monkeypatch):
 
 def test_the_largest_seed_is_accepted():
     assert load_config(["seed=4294967295"]).seed == 2**32 - 1  # the bound itself is refused (above)
+
+
+def test_model_backend_reaches_the_layers():
+    for name in ("gcn", "sage", "gat", "saint"):
+        cfg = load_config(["data=synthetic", f"model={name}", "model.backend=reference"])
+        model = build_model(cfg.model, 4, 3)
+        assert {conv.backend for conv in model.convs} == {"reference"}, name

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from graphfuse.data import load_dataset
 from graphfuse.graph import cluster_order
 from graphfuse.trainers.config import ConfigError, load_config
 from graphfuse.trainers.datamodule import FullGraphDataModule
-from graphfuse.trainers.run import train
+from graphfuse.trainers.run import _check_rerun, _remove_unrecorded_best, train
 
 
 def _train_epochs(run_dir, version: int) -> list[int]:
@@ -462,3 +463,25 @@ def test_resume_may_change_whether_a_dataset_may_download():
                             {"name": "facebook", "options": {"download": False}}) == []
     assert changed_settings("data", {"options": {"num_nodes": 10}}, {"options": {"num_nodes": 20}}) == ["options"]
     assert changed_settings("model", {"hidden": 8, "dropout": 0.5}, {"hidden": 16, "dropout": 0.1}) == ["hidden"]
+
+
+def test_a_rerun_may_change_logger_settings(tmp_path):
+    earlier = {"seed": 0, "model": {"hidden": 8}, "logger": {"wandb": True, "project": "a"}}
+    (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(earlier))
+    _check_rerun(tmp_path, {"seed": 0, "model": {"hidden": 8}, "logger": {"wandb": False, "project": "b"}})
+    with pytest.raises(ConfigError, match="model.hidden=8"):  # the check itself still bites
+        _check_rerun(tmp_path, {"seed": 0, "model": {"hidden": 16}, "logger": {"wandb": True, "project": "a"}})
+
+
+def test_without_a_recorded_best_the_newest_best_file_is_kept(tmp_path):
+    for epoch in (1, 3):
+        (tmp_path / f"best-epoch={epoch:03d}.ckpt").write_text("x")
+    saved = {"callbacks": {"ModelCheckpoint{}": {"best_model_path": str(tmp_path / "best-epoch=000.ckpt")}}}
+    _remove_unrecorded_best(tmp_path, saved)
+    assert [p.name for p in tmp_path.iterdir()] == ["best-epoch=003.ckpt"]
+
+
+def test_device_batch_moves_again_for_another_device():
+    dm = FullGraphDataModule(load_dataset("synthetic", num_nodes=50, num_features=4, num_classes=3))
+    assert dm.device_batch(torch.device("cpu")).device.type == "cpu"
+    assert dm.device_batch(torch.device("meta")).device.type == "meta"

@@ -18,7 +18,7 @@ from graphfuse.trainers.config import ConfigError, available, load_config
 from graphfuse.trainers.datamodule import FullGraphBatch
 from graphfuse.trainers.module import node_loss, target_rows
 from graphfuse.trainers.run import train
-from graphfuse.trainers.sampled import SampledDataModule, training_mean_edge_weight
+from graphfuse.trainers.sampled import SampledDataModule, epoch_seed, training_mean_edge_weight
 
 SAINT = ["model=saint", "model.aggr=sum", "model.hidden=8", "sampler.sample_coverage=5"]
 SAMPLER_RUNS = {
@@ -298,3 +298,45 @@ def test_any_torch_seed_draws_batches_and_bad_seeds_are_refused_up_front():
         assert next(iter(dm.train_dataloader())).n_id.numel() > 0
     with pytest.raises(ValueError, match="SampledDataModule: seed must be an int"):
         SampledDataModule(dataset, "saint_rw", {"roots": 10, "walk_length": 2}, seed="1")
+
+
+def test_epoch_seeds_differ_across_runs_and_epochs():
+    seeds = {epoch_seed(s, e) for s in range(4) for e in range(4)}
+    assert len(seeds) == 16
+    assert epoch_seed(3, 5) == (3 << 20) + 5
+
+
+def _synthetic():
+    return load_dataset("synthetic", num_nodes=100, num_features=4, num_classes=3)
+
+
+def test_paper_norm_trains_on_training_subgraph_weights(tmp_path):
+    ds = _synthetic()
+    dm = SampledDataModule(ds, "saint_node", {"budget": 30}, {"num_steps": 2, "sample_coverage": 2, "norm": "paper"},
+                           mean_weights=True, cache_dir=tmp_path)
+    loader = dm.build_loader(torch.device("cpu"))
+    graph = Graph(ds.edge_index, num_nodes=ds.num_nodes)
+    assert torch.equal(loader.graph.edge_weight, training_mean_edge_weight(graph, ds.train_mask))
+
+
+def test_neighbour_batches_refuse_mean_weights():
+    with pytest.raises(ValueError, match="mean_weights does not apply to neighbour batches"):
+        SampledDataModule(_synthetic(), "neighbor", loader_args={"num_neighbors": [2]}, mean_weights=True)
+
+
+def test_drop_last_refuses_a_batch_one_larger_than_the_training_set():
+    ds = _synthetic()
+    n = int(ds.train_mask.sum())
+    base = ["data=synthetic", "model=sage", "sampler=neighbor", "sampler.num_neighbors=[2,2]", "sampler.drop_last=true"]
+    build_datamodule(load_config([*base, f"sampler.batch_size={n}"]), ds)
+    with pytest.raises(ConfigError, match="leaves no training batch"):
+        build_datamodule(load_config([*base, f"sampler.batch_size={n + 1}"]), ds)
+
+
+def test_no_edge_normalisation_without_coverage(tmp_path):
+    cfg = load_config(["data=synthetic", "model=gcn", "sampler=saint_rw", "sampler.roots=10",
+                       "sampler.sample_coverage=0", f"sampler.cache_dir={tmp_path}"])
+    assert cfg.sampler.aggr_norm  # the default
+    dm = build_datamodule(cfg, _synthetic())
+    assert dm.loader_args["normalize_edges"] is False
+    dm.build_loader(torch.device("cpu"))  # raised: normalize_edges needs sample_coverage > 0

@@ -30,6 +30,7 @@ from graphfuse.engine.autograd import KERNEL_BACKENDS
 from graphfuse.graph import Graph
 from graphfuse.kernels import runtime
 from graphfuse.nn import GAT, GCN, MODELS
+from graphfuse.samplers.saint_norm import check_cache_dir
 from graphfuse.trainers.config import SAINT_PARAMS, ConfigError, ModelConfig, SamplerConfig
 from graphfuse.trainers.datamodule import FullGraphDataModule
 from graphfuse.trainers.sampled import NEIGHBOR_LOADER_ARGS, SAINT_LOADER_ARGS, SampledDataModule
@@ -229,7 +230,8 @@ def build_datamodule(cfg: DictConfig, dataset: NodeDataset) -> FullGraphDataModu
 
     Raises:
         ConfigError: neighbour batches that ``drop_last`` would all drop (``batch_size`` above the training nodes);
-            a GraphSAINT ``sampler.cache_dir`` inside ``$GRAPHFUSE_DATA_MIRROR`` (which is only read).
+            a GraphSAINT ``sampler.cache_dir`` inside ``$GRAPHFUSE_DATA_MIRROR`` (which is only read) or where no
+            folder can be made.
     """
     mean_weights = uses_mean_weights(cfg.model)
     sampler = cfg.sampler
@@ -260,6 +262,7 @@ def build_datamodule(cfg: DictConfig, dataset: NodeDataset) -> FullGraphDataModu
         loader_args["normalize_edges"] = bool(sampler.aggr_norm and sampler.sample_coverage > 0)
         try:  # GraphSAINT writes its coefficients there at setup, after the run directory is made
             check_outside_mirror(cache_dir, "sampler.cache_dir", "set sampler.cache_dir to a folder outside it")
+            check_cache_dir("sampler.cache_dir", cache_dir)
         except ValueError as error:
             raise ConfigError(f"{error}.") from None
     return SampledDataModule(dataset, sampler.name, sampler_args, loader_args, mean_weights=mean_weights,

@@ -261,6 +261,8 @@ _YAML11_INT = re.compile(r"[+-]?(0[0-9_]+|[0-9_]+(:[0-9_]+)+)")
 """Integers YAML 1.1 reads otherwise than written: a leading zero is octal (010 → 8), colons base 60 (1:30 → 90)."""
 _YAML11_BOOL = re.compile(r"yes|no|on|off", re.IGNORECASE)
 """Words YAML 1.1 reads as booleans where YAML 1.2 and JSON keep a string."""
+_BOOL_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "~"}
+"""What a boolean field's override may say (any case); omegaconf would read an integer as a boolean too."""
 
 
 def _yaml12(item: str) -> str:
@@ -270,6 +272,8 @@ def _yaml12(item: str) -> str:
     [8, 10]); so is a bare yes/no/on/off outside a bool field (``data.options.x=yes`` was True)."""
     key, _, value = item.partition("=")
     kind = _field_type(key)
+    if kind in (bool, bool | None) and value.strip().lower() not in _BOOL_WORDS:  # omegaconf reads 2 as True
+        raise ConfigError(f"bad override '{item}': {key} is a boolean; write true or false.")
     if kind in (str, str | None) and value not in ("null", "~", "") and value[:1] not in ("'", '"'):
         return f"{key}={json.dumps(value)}"
     if kind is None and not key.startswith("data.options."):
@@ -342,12 +346,17 @@ def split_overrides(overrides: Iterable[str]) -> tuple[dict[str, str], list[str]
     choices: dict[str, str] = {}
     dotlist: list[str] = []
     for item in overrides:
+        if not isinstance(item, str):
+            raise TypeError(f"overrides must be key=value strings; got {type(item).__name__} {item!r}")
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(
                 f"bad override '{item}': every item must be key=value, e.g. experiment=gat_cora, model=gat or "
                 "model.hidden=64."
             )
+        if not value.strip():  # e.g. output_dir=$OUT with OUT unset: omegaconf would read null, the default
+            raise ConfigError(f"bad override '{item}': no value after '='; write {key.strip()}=null for null, or "
+                              f"quote an empty string ({key.strip()}='').")
         key = key.strip().lstrip("+")  # Hydra's "+" (add) and "++" (add or override): every key exists here
         if key in GROUPS or key == "experiment":
             choices[key] = value.strip()
@@ -403,7 +412,13 @@ def _validate_sampler(cfg: DictConfig) -> None:
                               f"needs it >= {minimum}.")
 
 
-def _validate(cfg: DictConfig) -> None:
+def validate_config(cfg: DictConfig) -> None:
+    """Check the values of a composed config (what :func:`load_config` does last; :func:`~graphfuse.trainers.run.train`
+    checks again, for a config changed after loading).
+
+    Raises:
+        ConfigError: a value out of range or not among a key's choices, or settings that contradict each other.
+    """
     for (section, key), choices in _CHOICES.items():
         value = cfg[section][key]
         if value not in choices:
@@ -453,6 +468,8 @@ def load_config(overrides: Iterable[str] = ()) -> DictConfig:
     Example:
         >>> cfg = load_config(["experiment=gat_cora", "model.hidden=16", "trainer.max_epochs=50"])
     """
+    if isinstance(overrides, str):  # list() would split it into characters
+        raise TypeError(f"overrides must be a list of key=value strings; got the string {overrides!r}")
     choices, dotlist = split_overrides(list(overrides))
     root = config_dir()
     base = _load_yaml(root / "defaults.yaml", "defaults file")
@@ -492,7 +509,7 @@ def load_config(overrides: Iterable[str] = ()) -> DictConfig:
         key = getattr(error, "full_key", None)
         where = f" of '{key}'" if key else ""
         raise ConfigError(f"cannot resolve the interpolation{where}: {_first_line(error)}.") from None
-    _validate(cfg)
+    validate_config(cfg)
     OmegaConf.set_struct(cfg, True)
     return cfg
 

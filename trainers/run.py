@@ -34,7 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 import graphfuse
 from graphfuse.data.paths import check_outside_mirror
 from graphfuse.trainers.build import build_datamodule, build_dataset, build_model, check_backend
-from graphfuse.trainers.config import ConfigError, resolved_output_dir
+from graphfuse.trainers.config import ConfigError, resolved_output_dir, validate_config
 from graphfuse.trainers.module import STAGES, NodeClassifier
 
 log = logging.getLogger(__name__)
@@ -213,10 +213,19 @@ def _check_rerun(out: Path, resolved: dict[str, Any]) -> None:
     """A fresh run replaces what an earlier run left in ``out`` (checkpoints, config.yaml, metrics.json) only when
     that run had the same settings (apart from :data:`RERUN_FREE`): a rerun, as ``make train`` twice. A run of
     other settings (``model.hidden=64`` into the default ``runs/<experiment>/seed<seed>``), or files no run
-    config describes, are refused: their checkpoints would be lost."""
+    config describes, are refused: their checkpoints would be lost. So are files other than checkpoints in
+    ``out/checkpoints``, which a fresh run clears."""
     config_file = out / "config.yaml"
+    ours, foreign = _run_checkpoints(out / "checkpoints")
+    if foreign:
+        names = ", ".join(p.name for p in foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        raise ConfigError(
+            f"{out / 'checkpoints'} holds files that are not this kind of run's checkpoints ({names}); a fresh run "
+            f"would clear that folder. Point this run at another folder (e.g. output_dir={_free_folder(out)}), or "
+            "move them."
+        )
     held = [p.name for p in (config_file, out / "metrics.json") if p.exists()]
-    held += [f"checkpoints/{p.name}" for p in _run_checkpoints(out / "checkpoints")[0]]
+    held += [f"checkpoints/{p.name}" for p in ours]
     if not held:
         return
     try:
@@ -255,13 +264,6 @@ def _resume_state(cfg: DictConfig, ckpt_dir: Path, resolved: dict[str, Any]) -> 
     """The content of the checkpoint to resume from (``trainer.resume``), checked; None for a fresh run (whose
     folder :func:`_check_rerun` checked first). Touches nothing: a refused run leaves the run directory as it was."""
     if not cfg.trainer.resume:
-        foreign = _run_checkpoints(ckpt_dir)[1]
-        if foreign:  # a fresh run clears the folder's checkpoints: it must not delete what is not one of them
-            names = ", ".join(p.name for p in foreign[:5]) + (", ..." if len(foreign) > 5 else "")
-            raise ConfigError(
-                f"{ckpt_dir} holds files that are not this kind of run's checkpoints ({names}); a fresh run would "
-                "clear that folder. Point output_dir= at another folder, or move them."
-            )
         return None
     last = ckpt_dir / "last.ckpt"
     if not last.is_file():
@@ -334,7 +336,7 @@ def _clear_checkpoints(ckpt_dir: Path, saved: dict[str, Any] | None) -> None:
     if saved is not None:
         _remove_unrecorded_best(ckpt_dir, saved)
         return
-    ours, foreign = _run_checkpoints(ckpt_dir)
+    ours = _run_checkpoints(ckpt_dir)[0]
     if ours:
         log.warning("%s holds checkpoints of an earlier run of the same settings; removing them and starting fresh "
                     "(trainer.resume=true continues that run instead)", ckpt_dir)
@@ -408,6 +410,7 @@ def train(cfg: DictConfig, *, verbose: bool = True) -> dict[str, Any]:
         graphfuse.data.DatasetNotFoundError: the dataset's files are absent and cannot be downloaded.
     """
     start = time.perf_counter()
+    validate_config(cfg)  # again: a config changed after load_config (e.g. by OmegaConf.update) is not trusted
     out = resolved_output_dir(cfg).resolve()
     try:  # the mirror of raw dataset files is only read
         check_outside_mirror(out, "output_dir", "point output_dir= at a folder outside it")

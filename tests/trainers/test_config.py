@@ -300,3 +300,28 @@ def test_model_backend_reaches_the_layers():
         cfg = load_config(["data=synthetic", f"model={name}", "model.backend=reference"])
         model = build_model(cfg.model, 4, 3)
         assert {conv.backend for conv in model.convs} == {"reference"}, name
+
+
+@pytest.mark.parametrize("item", ["output_dir=", "sampler.name=", "model.hidden= "])
+def test_an_override_without_a_value_is_refused(item):
+    """``output_dir=$OUT`` with OUT unset read as null: the run went to the default folder (and ``sampler.name=``
+    silently trained on the full graph)."""
+    key = item.partition("=")[0]
+    with pytest.raises(ConfigError, match=f"no value after '='; write {key}=null for null"):
+        load_config(["sampler=neighbor", item])
+
+
+@pytest.mark.parametrize("item", ["sampler.replace=2", "data.normalize_features=-3", "trainer.resume=1",
+                                  "logger.wandb='true'"])
+def test_a_boolean_key_takes_only_a_boolean(item):
+    key = item.partition("=")[0]
+    with pytest.raises(ConfigError, match=f"{key} is a boolean; write true or false"):
+        load_config(["sampler=neighbor", item])
+    assert load_config(["sampler=neighbor", f"{key}=True"])[key.split(".")[0]][key.split(".")[1]] is True
+
+
+def test_overrides_must_be_a_list_of_strings():
+    with pytest.raises(TypeError, match="overrides must be a list of key=value strings; got the string 'seed=1'"):
+        load_config("seed=1")
+    with pytest.raises(TypeError, match="overrides must be key=value strings; got int 1"):
+        load_config([1])

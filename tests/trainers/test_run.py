@@ -92,6 +92,14 @@ def test_a_fresh_run_removes_only_checkpoints_from_the_checkpoints_folder(tiny, 
         train(load_config([*tiny, "trainer.max_epochs=1"]), verbose=False)
     assert (folder / "notes.txt").read_text() == "mine" and (folder / "last.ckpt").is_file()
     (folder / "notes.txt").unlink()
+    (folder / "notes").mkdir()  # refused before the data is built, naming a free folder
+    import graphfuse.trainers.run as run_module
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(run_module, "build_dataset", lambda *a: pytest.fail("built before the refusal"))
+        with pytest.raises(ConfigError, match=rf"checkpoints \(notes\).*output_dir={tmp_path / 'run-2'}"):
+            train(load_config([*tiny, "trainer.max_epochs=1"]), verbose=False)
+    (folder / "notes").rmdir()
     train(load_config([*tiny, "trainer.max_epochs=1"]), verbose=False)  # only its own files: cleared and rerun
     assert (folder / "last.ckpt").is_file()
 
@@ -485,3 +493,19 @@ def test_device_batch_moves_again_for_another_device():
     dm = FullGraphDataModule(load_dataset("synthetic", num_nodes=50, num_features=4, num_classes=3))
     assert dm.device_batch(torch.device("cpu")).device.type == "cpu"
     assert dm.device_batch(torch.device("meta")).device.type == "meta"
+
+
+@pytest.mark.parametrize(("key", "value", "fragment"), [
+    ("optim.lr", 0.0, "'optim.lr': 0.0"),
+    ("trainer.precision", "64", "'trainer.precision': '64'"),
+    ("sampler.name", "bogus", "'sampler.name': 'bogus'"),
+    ("trainer.patience", -3, "'trainer.patience': -3"),
+])
+def test_train_checks_a_config_changed_after_loading(tiny, tmp_path, key, value, fragment):
+    from omegaconf import OmegaConf
+
+    cfg = load_config(tiny)
+    OmegaConf.update(cfg, key, value)
+    with pytest.raises(ConfigError, match=f"invalid value for {fragment}"):
+        train(cfg, verbose=False)
+    assert not (tmp_path / "run").exists()

@@ -20,6 +20,15 @@ def is_int(value: object) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+def check_finite_real(owner: str, arg: str, value: object) -> None:
+    """Raise naming ``arg`` unless ``value`` is a finite real number (a NumPy one too, not a bool): TypeError for
+    another type, ValueError for inf or NaN."""
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        raise TypeError(f"{owner}: {arg} must be a real number; got {value!r}")
+    if not is_finite_real(value):
+        raise ValueError(f"{owner}: {arg} must be a finite real number; got {value!r}")
+
+
 def is_finite_real(value: object) -> bool:
     """Whether ``value`` is a real number (a NumPy one too, not a bool) that is neither infinite nor NaN; the
     callers add their own bounds."""

@@ -161,9 +161,12 @@ def is_int(value: object) -> bool:
 
 
 def check_real(op: str, name: str, value: object) -> None:
-    """Raise a ValueError naming ``name`` unless ``value`` is a finite real number (a NumPy one too, not a bool):
-    the launchers' test of a floating-point kernel argument (``graphfuse.checks.is_finite_real``'s twin)."""
-    if not isinstance(value, numbers.Real) or isinstance(value, bool) or not -float("inf") < value < float("inf"):
+    """Raise naming ``name`` unless ``value`` is a finite real number (a NumPy one too, not a bool): TypeError for
+    another type, ValueError for inf or NaN. The launchers' test of a floating-point kernel argument
+    (``graphfuse.checks.check_finite_real``'s twin)."""
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        raise TypeError(f"{op}: {name} must be a real number; got {value!r}")
+    if not -float("inf") < value < float("inf"):
         raise ValueError(f"{op}: {name} must be a finite real number; got {value!r}")
 
 

@@ -59,9 +59,11 @@ def make_generator(device: torch.device, seed: int | None, owner: str = "make_ge
 
 
 def _check_node_tensor(name: str, value: Tensor | None, num_nodes: int, loader: str) -> None:
-    if value is not None and (not isinstance(value, Tensor) or value.dim() < 1 or value.size(0) != num_nodes):
-        shape = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
-        raise ValueError(f"{loader}: {name} must be a tensor with {num_nodes} rows (one per node); got {shape}")
+    if value is not None and not isinstance(value, Tensor):
+        raise TypeError(f"{loader}: {name} must be a torch.Tensor; got {type(value).__name__}")
+    if value is not None and (value.dim() < 1 or value.size(0) != num_nodes):
+        raise ValueError(f"{loader}: {name} must be a tensor with {num_nodes} rows (one per node); got "
+                         f"{tuple(value.shape)}")
 
 
 RESERVED_NAMES = {*(f.name for f in dataclasses.fields(Batch)), *(n for n in dir(Batch) if not n.startswith("_")),
@@ -343,7 +345,11 @@ class NeighborLoader:
             yield self.sample(self.input_nodes[input_id], input_id)
 
     def sample(self, seeds: Tensor, input_id: Tensor | None = None) -> Batch:
-        """The batch of ``seeds`` (global node ids on the graph's device)."""
+        """The batch of ``seeds`` (global node ids on the graph's device); ``input_id``, if given, holds one entry
+        per seed (their positions in the loader's input nodes)."""
+        if input_id is not None and input_id.shape != seeds.shape:
+            raise ValueError(f"NeighborLoader.sample: input_id must have one entry per seed, shape "
+                             f"{tuple(seeds.shape)}; got {tuple(input_id.shape)}")
         out = self.sampler(self.graph, seeds, self.generator)
         gathered = self._gatherer.gather(out.n_id)
         x, y = gathered.pop("x"), gathered.pop("y")

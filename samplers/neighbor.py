@@ -267,7 +267,8 @@ class NeighborSampler:
     disjoint: bool = False
 
     def __post_init__(self) -> None:
-        if is_int(self.num_neighbors) or not isinstance(self.num_neighbors, Sequence):
+        if is_int(self.num_neighbors) or isinstance(self.num_neighbors, str) or not isinstance(
+                self.num_neighbors, Sequence):
             raise TypeError(f"NeighborSampler: num_neighbors must be a sequence of ints (one per hop); got "
                             f"{self.num_neighbors!r}")
         fanouts = tuple(self.num_neighbors)

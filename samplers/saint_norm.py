@@ -150,9 +150,17 @@ def _check_train_mask(name: str, graph: Graph, train_mask: object) -> None:
 
 
 def check_cache_dir(name: str, cache_dir: object) -> None:
-    """Raise TypeError unless ``cache_dir`` is None, a str or an os.PathLike (pathlib's error named nothing)."""
-    if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
+    """Raise TypeError unless ``cache_dir`` is None, a str or an os.PathLike (pathlib's error named nothing), and
+    ValueError when it, or the nearest part of it that exists, is not a folder (checked before any sampling)."""
+    if cache_dir is None:
+        return
+    if not isinstance(cache_dir, (str, os.PathLike)):
         raise TypeError(f"{name}: cache_dir must be None, a str or a path; got {type(cache_dir).__name__}")
+    existing = Path(cache_dir).expanduser().absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"{name}: cache_dir must be a folder (or a path where one can be made); {existing} is a file")
 
 
 def check_training_edges(name: str, train_graph: Graph, sampler) -> None:

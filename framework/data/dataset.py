@@ -49,6 +49,13 @@ class NodeDataset:
     ogb_name: str | None = None
 
     def __post_init__(self) -> None:
+        tensors = {key: getattr(self, key) for key in ("x", "y", "edge_index", "train_mask", "val_mask", "test_mask")}
+        for key, value in tensors.items():
+            if not isinstance(value, Tensor):
+                raise TypeError(f"NodeDataset: {key} must be a torch.Tensor; got {type(value).__name__}")
+        if len({t.device for t in tensors.values()}) > 1:
+            placed = ", ".join(f"{key} on {t.device}" for key, t in tensors.items())
+            raise ValueError(f"NodeDataset: every tensor must be on one device; got {placed}")
         n = self.x.size(0) if self.x.dim() == 2 else -1
         if self.x.dim() != 2 or self.x.dtype != torch.float32:
             raise ValueError(f"NodeDataset: x must be a (N, F) float32 tensor; got {tuple(self.x.shape)} "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 
@@ -18,14 +19,16 @@ def normalize_features(x: Tensor) -> Tensor:
     Shapes:
         x: (N, F) floating point; the result has the same shape.
     """
-    if not x.is_floating_point() or x.dim() != 2:
-        raise ValueError(f"normalize_features: x must be a (N, F) floating-point tensor; got "
-                         f"{tuple(x.shape)} {x.dtype}")
+    if not isinstance(x, Tensor) or not x.is_floating_point():
+        raise TypeError(f"normalize_features: x must be a floating-point torch.Tensor; got "
+                        f"{x.dtype if isinstance(x, Tensor) else type(x).__name__}")
+    if x.dim() != 2:
+        raise ValueError(f"normalize_features: x must have shape (N, F); got {tuple(x.shape)}")
     if x.numel() == 0:
         return x
     low = x.min()
     if low < 0:
         x.sub_(low)
-    row_sum = x.sum(dim=-1, keepdim=True)
+    row_sum = x.sum(dim=-1, keepdim=True, dtype=torch.promote_types(x.dtype, torch.float32))  # no half overflow
     x.div_(row_sum.masked_fill_(row_sum <= 0, 1.0))
     return x

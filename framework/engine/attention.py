@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from graphfuse.checks import check_bools, is_finite_real
+from graphfuse.checks import check_bools, check_finite_real
 from graphfuse.engine import dispatcher
 from graphfuse.engine.autograd import _index32, gespmm_plan, run
 from graphfuse.engine.edge_sampling import use_sampling
@@ -187,8 +187,7 @@ class FusedGatAggregate(torch.autograd.Function):
 # ------------------------------------------------------------------------------------------ public ops
 def _check(op: str, graph: Any, alpha_src: Any, alpha_dst: Any, negative_slope: float, dropout: float,
            training: bool) -> int:
-    if not is_finite_real(negative_slope):
-        raise ValueError(f"{op}: negative_slope must be a finite real number; got {negative_slope!r}")
+    check_finite_real(op, "negative_slope", negative_slope)
     check_bools(op, training=training)
     if not isinstance(graph, Graph):
         raise TypeError(f"{op}: graph must be a graphfuse.Graph; got {type(graph).__name__}")
@@ -244,14 +243,17 @@ def gat_scores(h: Tensor, att_src: Tensor, att_dst: Tensor, *, backend: str | No
     Returns:
         ``(alpha_src, alpha_dst)``, each (N, H).
     """
-    if not isinstance(h, Tensor) or not h.is_floating_point() or h.dim() != 3:
-        raise TypeError(f"gat_scores: h must be a floating-point (N, H, C) torch.Tensor; got "
-                        f"{getattr(h, 'dtype', type(h).__name__)} {tuple(getattr(h, 'shape', ()))}")
+    if not isinstance(h, Tensor) or not h.is_floating_point():
+        raise TypeError(f"gat_scores: h must be a floating-point torch.Tensor; got "
+                        f"{getattr(h, 'dtype', type(h).__name__)}")
+    if h.dim() != 3:
+        raise ValueError(f"gat_scores: h must have shape (N, H, C); got {tuple(h.shape)}")
     for name, att in (("att_src", att_src), ("att_dst", att_dst)):
-        if not isinstance(att, Tensor) or att.dim() not in (2, 3) or att.shape[-2:] != h.shape[1:] or (
-                att.numel() != h.size(1) * h.size(2)):
+        if not isinstance(att, Tensor):
+            raise TypeError(f"gat_scores: {name} must be a torch.Tensor; got {type(att).__name__}")
+        if att.dim() not in (2, 3) or att.shape[-2:] != h.shape[1:] or att.numel() != h.size(1) * h.size(2):
             raise ValueError(f"gat_scores: {name} must have shape (H, C) or (1, H, C) = {tuple(h.shape[1:])}; got "
-                             f"{tuple(getattr(att, 'shape', ()))}")
+                             f"{tuple(att.shape)}")
         if att.dtype != h.dtype or att.device != h.device:
             error = TypeError if att.dtype != h.dtype else ValueError
             raise error(f"gat_scores: {name} must match h's dtype and device ({h.dtype}, {h.device}); got "

@@ -312,6 +312,9 @@ class Graph:
         """Build from a ``torch_geometric.data.Data``: ``edge_index``, ``num_nodes`` and, when present, a 1-D
         ``edge_weight`` (or a 1-D floating-point ``edge_attr``; integer ones, such as edge types, are not
         weights)."""
+        if not all(hasattr(data, key) for key in ("edge_index", "num_nodes")):
+            raise TypeError(f"Graph.from_pyg: data must be a torch_geometric.data.Data (with edge_index and "
+                            f"num_nodes); got {type(data).__name__}")
         weight = getattr(data, "edge_weight", None)
         if weight is None:
             attr = getattr(data, "edge_attr", None)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from graphfuse.checks import check_bools, is_finite_real
+from graphfuse.checks import check_bools, check_finite_real
 from graphfuse.graph import norm as reference
 from graphfuse.graph.graph import Graph
 
@@ -55,7 +55,9 @@ def register_stage(device_type: str, stage: Stage) -> None:
 def _check_backend(op: str, backend: object) -> str:
     """``backend`` (None: ``"auto"``), checked against ``STAGE_BACKENDS``."""
     backend = "auto" if backend is None else backend
-    if not isinstance(backend, str) or backend not in STAGE_BACKENDS:
+    if not isinstance(backend, str):
+        raise TypeError(f"{op}: backend must be a backend name (str); got {type(backend).__name__}")
+    if backend not in STAGE_BACKENDS:
         raise ValueError(f"{op}: backend must be one of {list(STAGE_BACKENDS)}; got {backend!r}")
     return backend
 
@@ -112,8 +114,7 @@ def _check_graph(op: str, graph: object) -> None:
 
 
 def _check_fill_value(op: str, fill_value: object) -> None:
-    if not is_finite_real(fill_value):
-        raise ValueError(f"{op}: fill_value must be a finite real number; got {fill_value!r}")
+    check_finite_real(op, "fill_value", fill_value)
 
 
 def _reference(graph: Graph, self_loops: bool, fill_value: float, norm: str) -> Graph:
@@ -182,7 +183,9 @@ def _formats(op: str, graph: Graph, backend: str | None) -> Graph:
 
 def gcn_norm(graph: Graph, *, add_self_loops: bool = True, improved: bool = False,
              backend: str | None = None) -> Graph:
-    """Kipf & Welling's D^-1/2 (A + I) D^-1/2 with PyG semantics (see :func:`graphfuse.graph.norm.gcn_norm`).
+    """Kipf & Welling's D^-1/2 (A + I) D^-1/2 with PyG semantics (see :func:`graphfuse.graph.norm.gcn_norm`),
+    except that ``improved`` fills 2 on unweighted graphs too (PyG 2.8 keeps ``A + I`` there; see
+    :class:`graphfuse.nn.GCNConv`).
 
     The fused stage on CUDA, the reference elsewhere; not cached (see :func:`process_gcn`).
     """

@@ -73,14 +73,16 @@ def permute_nodes(graph: Graph, order: Tensor) -> Graph:
     """The same graph with node ``order[i]`` renamed i (edges keep their order and weights).
 
     Shapes:
-        order: (N,) int64 permutation of [0, N).
+        order: (N,) int64 or int32 permutation of [0, N).
     """
     _check(graph, "permute_nodes")
     n = graph.num_nodes
-    if not isinstance(order, Tensor) or order.dtype != torch.int64 or order.shape != (n,):
-        raise ValueError(f"permute_nodes: order must be an int64 tensor of shape ({n},); got "
-                         f"{getattr(order, 'dtype', type(order).__name__)} {tuple(getattr(order, 'shape', ()))}")
-    order = order.to(graph.device)
+    if not isinstance(order, Tensor) or order.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"permute_nodes: order must be an int64 or int32 tensor; got "
+                        f"{getattr(order, 'dtype', type(order).__name__)}")
+    if order.shape != (n,):
+        raise ValueError(f"permute_nodes: order must have shape ({n},); got {tuple(order.shape)}")
+    order = order.to(graph.device, torch.int64)
     if n:
         low, high = (int(v) for v in torch.aminmax(order))
         if low < 0 or high >= n:

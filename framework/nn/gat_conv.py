@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import numbers
-
 import torch
 from torch import Tensor, nn
 
-from graphfuse.checks import check_bools, is_finite_real
+from graphfuse.checks import check_bools, check_finite_real
 from graphfuse.engine import gat_aggregate, gat_scores
 from graphfuse.engine.attention import FUSED
 from graphfuse.graph import Graph, process_gat
@@ -71,10 +69,7 @@ class GATConv(nn.Module):
         check_positive_ints("GATConv", in_channels=in_channels, out_channels=out_channels, heads=heads)
         check_rate("GATConv", "dropout", dropout)
         check_bools("GATConv", concat=concat, add_self_loops=add_self_loops, bias=bias)
-        if isinstance(negative_slope, bool) or not isinstance(negative_slope, numbers.Real):
-            raise TypeError(f"GATConv: negative_slope must be a real number; got {negative_slope!r}")
-        if not is_finite_real(negative_slope):
-            raise ValueError(f"GATConv: negative_slope must be finite; got {negative_slope!r}")
+        check_finite_real("GATConv", "negative_slope", negative_slope)
         self.in_channels = in_channels
         self.out_channels = out_channels
         self.heads = heads
@@ -103,7 +98,7 @@ class GATConv(nn.Module):
         return process_gat(graph) if self.add_self_loops else graph
 
     def forward(self, x: Tensor, graph: GraphLike) -> Tensor:
-        check_features("GATConv", x, self.in_channels)
+        check_features("GATConv", x, self.in_channels, self.lin.weight.dtype)
         graph = self.with_self_loops(unweighted(as_graph("GATConv", x, graph, square=True)))
         h = self.lin(x).view(-1, self.heads, self.out_channels)
         # under autocast h is float16/bfloat16 while the attention vectors stay float32: the scores are computed in

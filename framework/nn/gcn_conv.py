@@ -85,7 +85,7 @@ class GCNConv(nn.Module):
         return process_gcn(graph, add_self_loops=self.add_self_loops, improved=self.improved)
 
     def forward(self, x: Tensor, graph: GraphLike) -> Tensor:
-        check_features("GCNConv", x, self.in_channels)
+        check_features("GCNConv", x, self.in_channels, self.lin.weight.dtype)
         graph = self.normalized(as_graph("GCNConv", x, graph, square=True), x.dtype)
         out = aggregate(graph, self.lin(x), reduce="sum", backend=self.backend)
         return out if self.bias is None else out + self.bias

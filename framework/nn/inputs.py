@@ -12,19 +12,23 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from graphfuse.checks import is_finite_real, is_int
+from graphfuse.checks import check_finite_real, is_int
 from graphfuse.engine import check_backend
 from graphfuse.graph import Graph
 
 GraphLike = Graph | Tensor
 
 
-def check_features(owner: str, x: Any, in_channels: int) -> None:
-    """Raise unless ``x`` is a floating-point (N, in_channels) tensor."""
+def check_features(owner: str, x: Any, in_channels: int, dtype: torch.dtype) -> None:
+    """Raise unless ``x`` is a floating-point (N, in_channels) tensor of the weights' ``dtype`` (any floating
+    dtype under autocast, which casts for the matrix products)."""
     if not isinstance(x, Tensor):
         raise TypeError(f"{owner}: x must be a torch.Tensor; got {type(x).__name__}")
     if not x.is_floating_point():
         raise TypeError(f"{owner}: x must be floating point; got {x.dtype}")
+    if x.dtype != dtype and not torch.is_autocast_enabled(x.device.type):
+        raise TypeError(f"{owner}: x is {x.dtype} but the weights are {dtype}; convert one to the other "
+                        f"(x.to({dtype}) or module.to({x.dtype}))")
     if x.dim() != 2 or x.size(1) != in_channels:
         raise ValueError(f"{owner}: x must have shape (N, in_channels={in_channels}); got {tuple(x.shape)}")
 
@@ -80,9 +84,10 @@ def check_positive_ints(owner: str, **values: int) -> None:
 
 
 def check_rate(owner: str, arg: str, value: float) -> None:
-    """Raise ValueError naming ``arg`` unless ``value`` is a real number in [0, 1) (a dropout rate; NumPy numbers
+    """Raise naming ``arg`` unless ``value`` is a real number in [0, 1) (a dropout rate; NumPy numbers
     too, as the width checks take NumPy integers)."""
-    if not is_finite_real(value) or not 0.0 <= value < 1.0:
+    check_finite_real(owner, arg, value)
+    if not 0.0 <= value < 1.0:
         raise ValueError(f"{owner}: {arg} must be a number in [0, 1); got {value!r}")
 
 

@@ -110,8 +110,8 @@ class GNN(nn.Module):
 
     def forward(self, x: Tensor, graph: GraphLike) -> Tensor:
         name = type(self).__name__
-        check_features(name, x, self.in_channels)
-        graph = as_graph(name, x, graph)
+        check_features(name, x, self.in_channels, next(self.parameters()).dtype)
+        graph = as_graph(name, x, graph, square=len(self.convs) > 1)  # each layer's output feeds the next
         last = len(self.convs) - 1
         for i in range(len(self.convs)):
             x = self._layer(i, x, graph, hidden=i < last)
@@ -257,8 +257,8 @@ class GraphSAINT(GNN):
 
     def forward(self, x: Tensor, graph: GraphLike) -> Tensor:
         name = type(self).__name__
-        check_features(name, x, self.in_channels)
-        graph = as_graph(name, x, graph)
+        check_features(name, x, self.in_channels, next(self.parameters()).dtype)
+        graph = as_graph(name, x, graph, square=len(self.convs) > 1)  # each layer's output feeds the next
         outs = []
         for i in range(len(self.convs)):
             x = self._layer(i, x, graph, hidden=True)

@@ -81,7 +81,7 @@ class SAGEConv(nn.Module):
                 lin.reset_parameters()
 
     def forward(self, x: Tensor, graph: GraphLike) -> Tensor:
-        check_features("SAGEConv", x, self.in_channels)
+        check_features("SAGEConv", x, self.in_channels, self.lin_l.weight.dtype)
         graph = unweighted(as_graph("SAGEConv", x, graph))
         if graph.num_dst > graph.num_src:
             raise ValueError(f"SAGEConv: a bipartite block needs num_dst <= num_src; got {graph}")

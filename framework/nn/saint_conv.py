@@ -75,7 +75,7 @@ class GraphSAINTConv(nn.Module):
                 nn.init.zeros_(lin.bias)
 
     def forward(self, x: Tensor, graph: GraphLike) -> Tensor:
-        check_features("GraphSAINTConv", x, self.in_channels)
+        check_features("GraphSAINTConv", x, self.in_channels, self.lin_self.weight.dtype)
         graph = as_graph("GraphSAINTConv", x, graph)
         if graph.num_dst > graph.num_src:
             raise ValueError(f"GraphSAINTConv: a bipartite block needs num_dst <= num_src; got {graph}")

@@ -352,3 +352,30 @@ def test_an_empty_root_means_the_default_root(monkeypatch, tmp_path):
     registry.register_dataset("toy")(toy)
     registry.load_dataset("toy", "")
     assert seen["root"] == tmp_path / "data"
+
+
+def test_normalize_features_sums_half_precision_rows_without_overflow():
+    x = torch.full((2, 3000), 30.0, dtype=torch.float16)  # a row sum of 90,000 is inf in float16
+    out = normalize_features(x)
+    assert out.dtype == torch.float16
+    torch.testing.assert_close(out.float().sum(1), torch.ones(2), rtol=1e-3, atol=0)
+
+
+def test_normalize_features_refuses_other_types_with_a_type_error():
+    import numpy as np
+
+    with pytest.raises(TypeError, match="normalize_features: x must be a floating-point torch.Tensor; got ndarray"):
+        normalize_features(np.ones((2, 2)))
+    with pytest.raises(TypeError, match="got torch.int64"):
+        normalize_features(torch.ones(2, 2, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"normalize_features: x must have shape \(N, F\); got \(4,\)"):
+        normalize_features(torch.ones(4))
+
+
+def test_node_dataset_refuses_non_tensors_and_mixed_devices():
+    good = _tiny()
+    fields = {f: getattr(good, f) for f in ("x", "y", "edge_index", "train_mask", "val_mask", "test_mask")}
+    with pytest.raises(TypeError, match="NodeDataset: y must be a torch.Tensor; got list"):
+        NodeDataset(name="t", **{**fields, "y": [0, 1, 0, 1]}, num_classes=2)
+    with pytest.raises(ValueError, match="NodeDataset: every tensor must be on one device; got x on cpu, y on meta"):
+        NodeDataset(name="t", **{**fields, "y": good.y.to("meta")}, num_classes=2)

@@ -360,3 +360,8 @@ def test_the_edges_are_fixed_once_built():
     with pytest.raises(TypeError, match=r"Graph.to: device must be a torch.device, str or int; got torch.float64 "
                        r"\(set graph.edge_weight"):
         fresh.to(torch.float64)
+
+
+def test_from_pyg_names_what_it_needs():
+    with pytest.raises(TypeError, match="Graph.from_pyg: data must be a torch_geometric.data.Data .*got Tensor"):
+        graphfuse.Graph.from_pyg(torch.tensor([[0, 1], [1, 0]]))

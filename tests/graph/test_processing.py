@@ -215,9 +215,10 @@ def test_switches_fill_values_and_cached_calls_are_checked():
     with pytest.raises(TypeError, match="process_gat: add_self_loops must be a bool"):
         processing.process_gat(g, add_self_loops=None)
     for bad in ("1", float("nan"), float("inf"), True):
-        with pytest.raises(ValueError, match="add_remaining_self_loops: fill_value must be a finite real number"):
+        error, what = (ValueError, "a finite real number") if isinstance(bad, float) else (TypeError, "a real number")
+        with pytest.raises(error, match=f"add_remaining_self_loops: fill_value must be {what}; got {bad!r}"):
             processing.add_remaining_self_loops(g, bad)
-        with pytest.raises(ValueError, match="process_graph: fill_value must be a finite real number"):
+        with pytest.raises(error, match=f"process_graph: fill_value must be {what}; got {bad!r}"):
             processing.process_graph(g, self_loops=True, fill_value=bad)
     processing.process_gcn(g)
     processing.process_mean(g)
@@ -402,3 +403,9 @@ def test_minus_infinity_is_no_fill_value():
     g = Graph(torch.tensor([[0, 1], [1, 0]]), num_nodes=2)
     with pytest.raises(ValueError, match="fill_value must be a finite real number"):
         processing.process_graph(g, self_loops=True, fill_value=-math.inf)
+
+
+def test_a_backend_that_is_no_name_gets_a_type_error():
+    g = Graph(torch.tensor([[0, 1], [1, 0]]), num_nodes=2)
+    with pytest.raises(TypeError, match="process_graph: backend must be a backend name \\(str\\); got int"):
+        processing.process_graph(g, backend=1)

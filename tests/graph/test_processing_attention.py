@@ -92,7 +92,7 @@ def test_gatconv_cpu_unchanged():
         (dict(backend="fused"), ValueError, "backend 'fused' runs on cuda tensors; got tensors on cpu"),
         # NaN gave NaN coefficients, a str failed inside leaky_relu, and a truthy str turned dropout on (review)
         (dict(negative_slope=float("nan")), ValueError, "negative_slope must be a finite real number; got nan"),
-        (dict(negative_slope="0.2"), ValueError, "negative_slope must be a finite real number; got '0.2'"),
+        (dict(negative_slope="0.2"), TypeError, "negative_slope must be a real number; got '0.2'"),
         (dict(training="False"), TypeError, "training must be a bool; got 'False'"),
         # a CUDA-only backend ran gat_scores' reference silently and named edge_softmax in gat_attention (review)
         (dict(backend="gespmm"), ValueError, r"gat_attention: backend 'gespmm' runs on \['cuda'\] tensors; got tensors on cpu"),
@@ -148,7 +148,7 @@ def test_reference_scores_and_validation():
         gat_scores(h, att_src[None], att_dst)  # passed, and gave (1, N, H) scores (review)
     with pytest.raises(TypeError, match="gat_scores: att_src must match h's dtype"):
         gat_scores(h, att_src.float(), att_dst)  # a ValueError before (review)
-    with pytest.raises(TypeError, match=r"gat_scores: h must be a floating-point \(N, H, C\)"):
+    with pytest.raises(ValueError, match=r"gat_scores: h must have shape \(N, H, C\); got \(3, 4\)"):
         gat_scores(h[0], att_src, att_dst)
     with pytest.raises(ValueError, match="gat_scores: unknown backend 'bogus'; valid: .*'fused'"):
         gat_scores(h, att_src, att_dst, backend="bogus")  # ran the reference, silently
@@ -341,3 +341,11 @@ def test_gat_attention_refuses_dropout_one():
     a = torch.randn(g.num_nodes, 2)
     with pytest.raises(ValueError, match=r"dropout must lie in \[0, 1\)"):
         gat_attention(g, a, a, dropout=1.0, training=True)
+
+
+def test_gat_scores_tell_type_from_shape():
+    h, att = torch.randn(4, 2, 3), torch.randn(2, 3)
+    with pytest.raises(TypeError, match="gat_scores: att_src must be a torch.Tensor; got ndarray"):
+        gat_scores(h, att.numpy(), att)
+    with pytest.raises(TypeError, match="gat_scores: h must be a floating-point torch.Tensor; got torch.int64"):
+        gat_scores(h.long(), att, att)

@@ -72,8 +72,12 @@ def test_bad_arguments():
         order[3] = bad
         with pytest.raises(ValueError, match=r"permute_nodes: order must be a permutation of \[0, N=12\)"):
             permute_nodes(g, order)
-    with pytest.raises(ValueError, match=r"permute_nodes: order must be an int64 tensor of shape \(12,\)"):
+    with pytest.raises(ValueError, match=r"permute_nodes: order must have shape \(12,\); got \(11,\)"):
         permute_nodes(g, torch.arange(11))
+    with pytest.raises(TypeError, match="permute_nodes: order must be an int64 or int32 tensor; got torch.float32"):
+        permute_nodes(g, torch.arange(12.0))
+    flipped = torch.arange(11, -1, -1)
+    assert torch.equal(permute_nodes(g, flipped.int()).edge_index, permute_nodes(g, flipped).edge_index)
     with pytest.raises(ValueError, match="cluster_labels: iterations must be an int"):
         cluster_labels(g, iterations=-1)
     with pytest.raises(ValueError, match="needs a square graph"):

@@ -563,10 +563,13 @@ def test_gat_launchers_check_their_scalars(monkeypatch):
             torch.zeros(6, dtype=torch.int64), col, torch.arange(6), a, a, a, a, **k),
     }
     for op, call in calls.items():
-        for bad in (float("nan"), float("inf"), "0.2", True):
+        for bad in (float("nan"), float("inf")):
             with pytest.raises(ValueError, match=f"{op}: negative_slope must be a finite real number"):
                 call(negative_slope=bad)
-        with pytest.raises(ValueError, match=f"{op}: dropout must be a finite real number; got '0.5'"):
+        for bad in ("0.2", True):
+            with pytest.raises(TypeError, match=f"{op}: negative_slope must be a real number"):
+                call(negative_slope=bad)
+        with pytest.raises(TypeError, match=f"{op}: dropout must be a real number; got '0.5'"):
             call(dropout="0.5")
     with pytest.raises(ValueError, match="process_graph: fill_value must be a finite real number; got nan"):
         graph_processing.process(torch.zeros(2, 3, dtype=torch.int64), 3, 3, fill_value=float("nan"))

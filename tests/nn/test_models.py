@@ -140,7 +140,7 @@ def test_bad_inputs_raise_naming_the_argument(name):
         _model(name, num_layers=0)
     with pytest.raises(ValueError, match="dropout"):
         _model(name, dropout=1.5)
-    with pytest.raises(ValueError, match="dropout must be a number"):
+    with pytest.raises(TypeError, match="dropout must be a real number; got '0.5'"):
         _model(name, dropout="0.5")
     with pytest.raises(ValueError, match="activation"):
         _model(name, activation=["relu"])
@@ -210,3 +210,32 @@ def test_gat_runs_under_bf16_autocast():
     mixed.float().sum().backward()
     torch.testing.assert_close(mixed.float(), full, rtol=0.05, atol=0.05)
     assert all(p.grad is not None for p in model.parameters())
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_features_of_another_dtype_are_named(name):
+    """float64 features (torch.from_numpy) failed inside torch's matmul: 'expected m1 and m2 to have the same dtype'."""
+    model = _model(name)
+    graph = make_graph_case("duplicates")
+    x = torch.randn(graph.num_nodes, IN, dtype=torch.float64)
+    model_name = type(model).__name__
+    with pytest.raises(TypeError, match=f"{model_name}: x is torch.float64 but the weights are torch.float32"):
+        model(x, graph)
+    conv = model.convs[0]
+    with pytest.raises(TypeError, match=f"{type(conv).__name__}: x is torch.float64 but the weights are"):
+        conv(x, graph)
+    assert model.double()(x, graph).dtype == torch.float64
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast casts for the products: any float dtype is fine
+        model.float()(x.float(), graph)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_a_multi_layer_model_names_the_square_requirement(name):
+    """The message named an inner conv and a hidden tensor the user never passed."""
+    block = make_graph_case("bipartite")
+    x = torch.randn(block.num_src, IN)
+    model = _model(name)
+    with pytest.raises(ValueError, match=f"{type(model).__name__}: graph must be square"):
+        model(x, block)
+    if name in ("sage", "saint"):  # one layer maps sources to targets (GCN's and GAT's self-loops need a square graph)
+        assert _model(name, num_layers=1)(x, block).shape == (block.num_dst, OUT)

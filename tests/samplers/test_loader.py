@@ -449,3 +449,31 @@ def test_to_pyg_keeps_edge_weights():
     batch = _small_batch()
     data = batch.to_pyg()
     assert torch.equal(data.edge_weight, batch.graph.edge_weight)
+
+
+def test_a_cache_dir_that_is_a_file_is_refused_before_sampling(tmp_path):
+    graph = make_graph_case("duplicates")
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    for cache_dir in (blocker, blocker / "below"):
+        with pytest.raises(ValueError, match=f"SaintLoader: cache_dir must be a folder .*; {blocker} is a file"):
+            SaintLoader(graph, SaintRandomWalkSampler(10, 2), sample_coverage=5, cache_dir=cache_dir)
+        with pytest.raises(ValueError, match=f"compute_saint_norm: cache_dir must be a folder .*; {blocker} is"):
+            compute_saint_norm(graph, SaintRandomWalkSampler(10, 2), sample_coverage=5, cache_dir=cache_dir)
+    SaintLoader(graph, SaintRandomWalkSampler(10, 2), sample_coverage=1, cache_dir=tmp_path / "new" / "folder")
+
+
+def test_input_id_needs_one_entry_per_seed():
+    loader = NeighborLoader(make_graph_case("duplicates"), [2], batch_size=2)
+    with pytest.raises(ValueError, match=r"input_id must have one entry per seed, shape \(2,\); got \(1,\)"):
+        loader.sample(torch.tensor([0, 1]), torch.tensor([7]))
+
+
+def test_argument_types_get_type_errors():
+    import numpy as np
+
+    graph = make_graph_case("duplicates")
+    with pytest.raises(TypeError, match="NeighborLoader: x must be a torch.Tensor; got ndarray"):
+        NeighborLoader(graph, [2], x=np.ones((graph.num_nodes, 2)))
+    with pytest.raises(TypeError, match="NeighborSampler: num_neighbors must be a sequence of ints .*got '15,10'"):
+        NeighborLoader(graph, "15,10")

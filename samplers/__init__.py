@@ -1,5 +1,6 @@
 """GPU-resident samplers: GraphSAINT node / edge / random-walk subgraphs with their normalisation, and
-PyG-NeighborLoader-style neighbour sampling, in pure PyTorch on the device the graph lives on.
+PyG-NeighborLoader-style neighbour sampling, in PyTorch (the neighbour draws on CUDA: one CuPy kernel) on the
+device the graph lives on.
 
 Samplers are pure: ``(graph, seeds or budget, torch.Generator) → a small frozen dataclass``. Loaders own a
 generator, gather features on the device and yield :class:`Batch` objects holding a :class:`graphfuse.Graph`.

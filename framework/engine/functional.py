@@ -65,7 +65,8 @@ def aggregate(
         graph: the graph (or bipartite block); messages flow from ``edge_index[0]`` to ``edge_index[1]``.
         x: source features.
         edge_weight: per-edge weights in COO order; one per head for 3-D ``x`` (the GAT case). Overrides
-            ``graph.edge_weight``; None uses ``graph.edge_weight`` (unweighted when that is None too).
+            ``graph.edge_weight``; None uses ``graph.edge_weight`` (unweighted when that is None too). Cast to
+            ``x``'s dtype (float16 ``x``: weights beyond float16's range become inf or 0).
         reduce: ``"sum"``, ``"mean"`` (weighted sum divided by in-degree), ``"max"`` or ``"min"``.
         backend: a registered backend name, ``"auto"``, or None for the default.
         deterministic: require an atomic-free backend.

@@ -192,3 +192,94 @@ def test_bench_graph_processing_acceptance_depends_on_correctness(scripts):
     assert "True" not in bench.correctness(cora) and bench.correctness(cora).count("FAIL") == 2
     lines = bench.acceptance(report["graphs"])
     assert sum(ln.startswith("- facebook: ") for ln in lines) == 1
+
+
+def test_git_commit_is_marked_dirty_exactly_when_tracked_files_differ(scripts, monkeypatch):
+    bench = scripts("bench_graphs")
+
+    def git(status):
+        def run(args, **kwargs):
+            out = {"rev-parse": "abc1234\n", "status": status}[args[1]]
+            return subprocess.CompletedProcess(args, 0, stdout=out, stderr="")
+        return run
+
+    monkeypatch.setattr(bench.subprocess, "run", git(" M framework/graph/norm.py\n"))
+    assert bench.git_commit() == "abc1234-dirty"
+    monkeypatch.setattr(bench.subprocess, "run", git(""))
+    assert bench.git_commit() == "abc1234"
+
+
+def _edges(edge_index) -> list[tuple[int, int]]:
+    return sorted(map(tuple, edge_index.t().tolist()))
+
+
+def test_read_mtx_takes_one_based_ids_and_symmetrises(scripts, tmp_path):
+    bench = scripts("bench_graphs")
+    path = tmp_path / "g.mtx"
+    path.write_text("%%MatrixMarket matrix coordinate pattern symmetric\n% a comment\n3 3 2\n1 2\n3 2\n")
+    edge_index, n = bench.read_mtx(path, "cpu")
+    assert n == 3 and _edges(edge_index) == [(0, 1), (1, 0), (1, 2), (2, 1)]
+
+
+def test_read_edge_csv_skips_its_header_and_symmetrises(scripts, tmp_path):
+    bench = scripts("bench_graphs")
+    path = tmp_path / "edges.csv"
+    path.write_text("id_1,id_2\n0,1\n2,1\n")
+    edge_index, n = bench.read_edge_csv(path, "cpu")
+    assert n == 3 and _edges(edge_index) == [(0, 1), (1, 0), (1, 2), (2, 1)]
+
+
+def test_bench_samplers_merge_replaces_only_rows_of_the_same_device(scripts, tmp_path):
+    """A GPU run replaces the GPU rows of a graph and sampler and keeps the CPU rows, with their own run's
+    'measured' (date, torch, commit)."""
+    import json
+
+    bench = scripts("bench_samplers")
+
+    def row(device, device_name, ms):
+        return {"device": device, "device_name": device_name, "graph": "facebook", "sampler": "saint_rw",
+                "ms_per_batch": ms}
+
+    path = tmp_path / "samplers.json"
+    old = {"date": "2026-01-01", "torch": "2.12.0", "commit": "aaa1111"}
+    new = {"date": "2026-02-01", "torch": "2.13.0", "commit": "bbb2222"}
+    path.write_text(json.dumps(bench.merge(path, [row("cpu", "cpu (x86_64, 16 cores)", 40.0),
+                                                  row("cuda", "NVIDIA H100", 2.0)], old)))
+    merged = bench.merge(path, [row("cuda", "NVIDIA H100", 1.5)], new)
+    by_device = {r["device_name"]: r for r in merged["results"]}
+    assert len(merged["results"]) == 2 and merged["meta"] == new
+    assert (by_device["NVIDIA H100"]["ms_per_batch"], by_device["NVIDIA H100"]["measured"]) == (1.5, new)
+    assert (by_device["cpu (x86_64, 16 cores)"]["ms_per_batch"], by_device["cpu (x86_64, 16 cores)"]["measured"]) == \
+        (40.0, old)
+
+
+def _cell(ms, problems=None):
+    return {"ms": ms, "output_problems": problems or {}}
+
+
+def test_bench_spmm_summary_names_a_wrong_baseline_and_the_worst_cell(scripts):
+    """A cell whose cuSPARSE output was wrong (no baseline time) is left out as 'wrong output', not as out of
+    memory; the worst cell is the one with the smallest speedup."""
+    bench = scripts("bench_spmm")
+    graphs = [{"name": "g1", "results": {"32": _cell({"cusparse": 2.0, "gespmm": 1.0}),        # 2.0x
+                                         "64": _cell({"cusparse": 1.0, "gespmm": 2.0})}},      # 0.5x
+              {"name": "g2", "results": {"32": _cell({"cusparse": None, "gespmm": 1.0}, {"cusparse": "NaN rows"}),
+                                         "64": _cell({"cusparse": None, "gespmm": 1.0})}}]     # out of memory
+    summary = bench.speedup_summary(graphs, "gespmm", ("32", "64"))
+    assert summary["missing"] == ["g2 K=32 (wrong output)", "g2 K=64 (out of memory)"]
+    assert summary["worst_cell"] == {"speedup": 0.5, "graph": "g1", "K": 64}
+    assert summary["cells"] == 2 and summary["geomean"] == pytest.approx(1.0)
+
+
+def test_bench_graph_processing_attention_check_is_floored_at_1e_6(scripts):
+    """PyG's float32 error can be tiny on a small graph: ours passes while within ATTENTION_SLACK x 1e-6."""
+    bench = scripts("bench_graph_processing")
+
+    def graph(ours, pyg):
+        return {"name": "cora", "results": {"gcn": {"check": {"structure_equal": True, "max_rel_value_diff": 1e-7}},
+                                            "gat_attention_fwd": {"max_abs_err_vs_fp64": {"ours": ours, "pyg": pyg}}}}
+
+    assert bench.ATTENTION_SLACK * 1e-6 > 1.5e-6
+    line = bench.correctness(graph(1.5e-6, 1e-8))
+    assert line.count("PASS") == 2 and "FAIL" not in line
+    assert bench.correctness(graph(bench.ATTENTION_SLACK * 1e-6 * 1.5, 1e-8)).endswith("FAIL)")

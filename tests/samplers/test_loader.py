@@ -477,3 +477,43 @@ def test_argument_types_get_type_errors():
         NeighborLoader(graph, [2], x=np.ones((graph.num_nodes, 2)))
     with pytest.raises(TypeError, match="NeighborSampler: num_neighbors must be a sequence of ints .*got '15,10'"):
         NeighborLoader(graph, "15,10")
+
+
+def _full_batch() -> Batch:
+    graph = graphfuse.Graph(torch.tensor([[1, 2, 0], [0, 0, 1]]), num_nodes=3, edge_weight=torch.tensor([0.5, 1.0, 2.0]))
+    return Batch(graph=graph, n_id=torch.tensor([7, 3, 9]), e_id=torch.tensor([4, 0, 2]), x=torch.randn(3, 2),
+                 y=torch.tensor([1, 0, 1]), node_data={"train_mask": torch.tensor([True, False, True])},
+                 batch_size=2, node_norm=torch.tensor([0.1, 0.2, 0.3]), edge_norm=torch.tensor([1.0, 2.0, 3.0]),
+                 num_sampled_nodes=(2, 1), num_sampled_edges=(3,), batch=torch.tensor([0, 1, 0]),
+                 input_id=torch.tensor([5, 6]))
+
+
+def test_batch_to_keeps_every_field():
+    """A moved batch is the same batch: its seeds count (batch_size: the rows the loss is taken over), per-hop
+    counts and every tensor."""
+    batch = _full_batch()
+    moved = batch.to("cpu")
+    for f in dataclasses.fields(Batch):
+        a, b = getattr(batch, f.name), getattr(moved, f.name)
+        if isinstance(a, torch.Tensor):
+            assert torch.equal(a, b), f.name
+        elif isinstance(a, graphfuse.Graph):
+            assert torch.equal(a.edge_index, b.edge_index) and torch.equal(a.edge_weight, b.edge_weight)
+        elif f.name == "node_data":
+            assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+        else:
+            assert a == b, f.name
+    assert moved.to_pyg().num_sampled_edges == [3] and moved.to_pyg().batch_size == 2
+
+
+def test_the_normalisation_is_pre_sampled_from_the_loaders_own_seed():
+    """Loaders of two seeds estimate their coefficients from independent pre-samplings (presampling_seed of their
+    seed, as documented), so runs of different seeds do not share one estimate's error."""
+    graph = make_graph_case("hub")
+    sampler = SaintRandomWalkSampler(8, 2)
+    loaders = {seed: SaintLoader(graph, sampler, sample_coverage=3, seed=seed) for seed in (5, 6)}
+    for seed, loader in loaders.items():
+        expected = compute_saint_norm(graph, sampler, sample_coverage=3, seed=presampling_seed(seed))
+        assert torch.equal(loader.saint_norm.node_count, expected.node_count)
+        assert torch.equal(loader.saint_norm.edge_norm, expected.edge_norm)
+    assert not torch.equal(loaders[5].saint_norm.node_count, loaders[6].saint_norm.node_count)

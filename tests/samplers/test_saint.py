@@ -12,8 +12,10 @@ from cases import make_graph_case
 from graphfuse.samplers import (
     SAINT_SAMPLERS,
     SaintEdgeSampler,
+    SaintLoader,
     SaintNodeSampler,
     SaintRandomWalkSampler,
+    compute_saint_norm,
     random_walk,
 )
 
@@ -142,3 +144,19 @@ def test_every_sampler_draws_zero_subgraphs_as_an_empty_tensor():
     graph = make_graph_case("hub")
     for sampler, width in ((SaintNodeSampler(5), 5), (SaintEdgeSampler(5), 10), (SaintRandomWalkSampler(3, 2), 9)):
         assert sampler.draw(graph, 0, torch.Generator().manual_seed(0)).shape == (0, width)
+
+
+def test_walk_length_zero_keeps_the_roots_only():
+    """walk_length=0 is allowed (the docstring: "0 keeps the roots only"): every subgraph is its roots, drawn
+    uniformly over all nodes, an edgeless sink and an isolated node included."""
+    graph = chain_with_sink()
+    sampler = SaintRandomWalkSampler(roots=3, walk_length=0)
+    raw = sampler.draw(graph, 400, torch.Generator().manual_seed(0))
+    assert raw.shape == (400, 3)
+    assert set(raw.view(-1).tolist()) == set(range(6))  # 1200 uniform roots reach every one of the 6 nodes
+    sub = sampler(graph, torch.Generator().manual_seed(1))
+    assert 1 <= sub.num_nodes <= 3
+    for batch in SaintLoader(graph, sampler, num_steps=5, sample_coverage=2, seed=0):
+        assert batch.num_nodes <= 3 and bool((batch.node_norm > 0).all())
+    sn = compute_saint_norm(graph, sampler, sample_coverage=4, seed=0)
+    assert int(sn.node_count.sum()) >= 6 * 4

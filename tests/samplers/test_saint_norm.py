@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import ClassVar
 
 import pytest
@@ -379,3 +380,58 @@ def test_float64_counts_of_the_caller_are_not_changed():
     before = node_count.clone()
     graphfuse.samplers.saint_norm_from_counts(graph, node_count, edge_count, 4)
     assert torch.equal(node_count, before)
+
+
+SETS = ((0, 1, 2), (2, 3), (1,), (4, 0))  # sizes 3, 2, 1, 2, then again: running totals 3, 5, 6, 8, 11, 13, ...
+
+
+@pytest.mark.parametrize("chunk_size", [None, 1, 3, 64])
+@pytest.mark.parametrize("coverage", [2, 1.2, 1.6, 1.7, 2.1, 0.5, 3.3])
+def test_presampling_stops_at_the_first_subgraph_reaching_the_coverage(coverage, chunk_size):
+    """M is the first number of subgraphs with Σ |V_sub| ≥ N · coverage, for a coverage N · coverage is not an
+    integer of (1.7: 8.5 needs the 5th subgraph, not the 4th) and one the running total reaches exactly (1.2: 6 is
+    reached by the 3rd; a 4th would be one too many), whatever the chunking."""
+    graph = triangle_with_tail()
+    node_count, edge_count, m = count_saint_samples(graph, ListSampler(SETS), coverage, None, chunk_size=chunk_size)
+    total = expected = 0
+    drawn = []
+    for nodes in itertools.cycle(SETS):  # the rule of the module docstring, step by step
+        if total >= graph.num_nodes * coverage:
+            break
+        total, expected = total + len(set(nodes)), expected + 1
+        drawn.append(set(nodes))
+    assert m == expected
+    assert node_count.tolist() == [sum(v in s for s in drawn) for v in range(graph.num_nodes)]
+    assert edge_count.tolist() == [sum(a in s and b in s for s in drawn) for a, b in graph.edge_index.t().tolist()]
+
+
+def test_coefficients_use_exactly_the_subgraphs_of_the_coverage_rule():
+    """The normalisation's M is the number of subgraphs the coverage rule stops at (node_norm = M / (C_v · N))."""
+    graph = triangle_with_tail()
+    sn = compute_saint_norm(graph, ListSampler(SETS), sample_coverage=1.2)  # totals 3, 5, 6: M = 3
+    assert sn.num_samples == 3
+    assert sn.node_count.tolist() == [1, 2, 2, 1, 0]
+    assert sn.node_norm.tolist() == pytest.approx([3 / 1 / 5, 3 / 2 / 5, 3 / 2 / 5, 3 / 1 / 5, 3 / 0.1 / 5])
+
+
+def test_graph_fingerprints_tell_bipartite_sizes_apart():
+    """A fingerprint covers the graph's sizes: bipartite graphs with the same edge list and num_src but another
+    num_dst are other graphs."""
+    edge_index = torch.tensor([[0, 1, 2], [1, 0, 1]])
+    sizes = ((3, 2), (3, 3), (3, 4), (4, 2))
+    fingerprints = {graph_fingerprint(graphfuse.Graph(edge_index, num_src=s, num_dst=d)) for s, d in sizes}
+    assert len(fingerprints) == len(sizes)
+
+
+def test_fingerprints_hash_every_element_of_tensors_longer_than_a_chunk():
+    """Tensors are hashed in host chunks of 2**24 elements (a 100M-node training mask spans several): a change at
+    either side of a chunk boundary, or in the last element, changes the fingerprint."""
+    from graphfuse.samplers.fingerprint import _CHUNK, tensor_fingerprint
+
+    mask = torch.zeros(_CHUNK + 3, dtype=torch.bool)
+    fingerprints = {tensor_fingerprint(mask)}
+    for position in (0, _CHUNK - 1, _CHUNK, _CHUNK + 2):
+        changed = mask.clone()
+        changed[position] = True
+        fingerprints.add(tensor_fingerprint(changed))
+    assert len(fingerprints) == 5

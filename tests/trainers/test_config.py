@@ -8,8 +8,10 @@ import pytest
 import torch
 from omegaconf.errors import ConfigAttributeError
 
+from graphfuse.data import load_dataset
 from graphfuse.graph import Graph
-from graphfuse.trainers.build import MODEL_BUILDERS, build_model
+from graphfuse.nn.saint_conv import GraphSAINTConv
+from graphfuse.trainers.build import MODEL_BUILDERS, build_datamodule, build_model
 from graphfuse.trainers.config import (
     Config,
     ConfigError,
@@ -325,3 +327,32 @@ def test_overrides_must_be_a_list_of_strings():
         load_config("seed=1")
     with pytest.raises(TypeError, match="overrides must be key=value strings; got int 1"):
         load_config([1])
+
+
+SAINT_RW = ["data=synthetic", "sampler=saint_rw", "model=saint", "model.aggr=sum", "sampler.roots=10"]
+
+
+def test_random_walks_of_length_zero_compose_and_negative_ones_do_not(tmp_path):
+    """walk_length 0 (the roots alone) is a valid GraphSAINT random-walk sampler; -1 is not."""
+    cfg = load_config([*SAINT_RW, "sampler.walk_length=0", "sampler.sample_coverage=1", f"sampler.cache_dir={tmp_path}"])
+    assert cfg.sampler.walk_length == 0
+    dm = build_datamodule(cfg, load_dataset("synthetic", num_nodes=100, num_features=4, num_classes=3))
+    assert next(iter(dm.train_dataloader())).num_nodes <= 10  # at most the 10 roots
+    with pytest.raises(ConfigError, match="invalid value for 'sampler.walk_length': -1; .* needs it >= 0"):
+        load_config([*SAINT_RW, "sampler.walk_length=-1"])
+
+
+def test_the_saint_mean_model_aggregates_over_an_unweighted_graph():
+    """Mean weights (1 / in-degree) are for the sum model only: GraphSAINTConv(aggr="mean") divides the weighted
+    sum by the in-degree itself, so with them it would divide twice. Sum over the weighted graph = mean over the
+    plain one; mean over the mean model's graph = mean over the plain one."""
+    ds = load_dataset("synthetic", num_nodes=100, num_features=4, num_classes=3)
+    plain = Graph(ds.edge_index, num_nodes=ds.num_nodes)
+    torch.manual_seed(0)
+    conv = GraphSAINTConv(4, 3, aggr="mean")
+    want = conv(ds.x, plain)
+    for aggr in ("mean", "sum"):
+        dm = build_datamodule(load_config(["data=synthetic", "model=saint", f"model.aggr={aggr}"]), ds)
+        dm.setup()
+        conv.aggr = aggr
+        torch.testing.assert_close(conv(ds.x, dm.batch.graph), want)

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import statistics
 import sys
 from pathlib import Path
+
+import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "reproduce.py"
 
@@ -126,3 +129,54 @@ def test_finished_experiments_are_written_when_a_later_one_is_stopped(tmp_path, 
 
     stop = SIGTERMException()
     assert _second_experiment_stops(tmp_path, tiny_settings, monkeypatch, stop) == (143, {"gcn_synthetic"})
+
+
+def _metrics(seed, acc, model="gcn"):
+    """A metrics.json content as train() returns it (only what reproduce.py reads)."""
+    return {"seed": seed, "model": model, "dataset": "synthetic", "test": {"acc": acc, "f1_micro": acc},
+            "val": {"acc": acc}, "best_epoch": 1, "epochs_run": 2, "mean_epoch_time_s": 0.01,
+            "median_epoch_time_s": 0.01, "device": "cpu", "versions": {}, "wall_time_s": 0.1}
+
+
+def test_summary_std_is_the_sample_standard_deviation():
+    reproduce = _load_script()
+    accs = [0.5, 0.7, 0.8]
+    entry = reproduce.summarize("x", "x", [_metrics(s, a) for s, a in enumerate(accs)], [])
+    assert entry["mean"] == pytest.approx(sum(accs) / 3)
+    assert entry["std"] == pytest.approx(((sum((a - entry["mean"]) ** 2 for a in accs)) / 2) ** 0.5)  # n - 1
+    assert entry["std"] == pytest.approx(statistics.stdev(accs)) and entry["seeds"] == [0, 1, 2]
+
+
+def test_rerun_entries_replace_the_old_ones_and_the_others_stay(tmp_path, tiny_settings, monkeypatch):
+    import graphfuse.trainers.run as run
+
+    reproduce = _load_script()
+    monkeypatch.setattr(run, "train", lambda cfg, verbose=True: _metrics(cfg.seed, 0.9))
+    out = tmp_path / "results"
+    out.mkdir()
+    old = reproduce.summarize("gcn_synthetic", "gcn_synthetic", [_metrics(0, 0.1)], [])
+    other = reproduce.summarize("gat_cora", "gat_cora", [_metrics(0, 0.8, "gat")], [])
+    (out / "accuracy.json").write_text(json.dumps({"results": {"gcn_synthetic": old, "gat_cora": other}}))
+    settings = [item for item in tiny_settings if not item.startswith("experiment=")]
+    assert reproduce.main(["--seeds", "2", "--out", str(out), "--runs-dir", str(tmp_path / "runs"),
+                                "--experiments", "gcn_synthetic", "--", *settings]) == 0
+    results = json.loads((out / "accuracy.json").read_text())["results"]
+    assert results["gcn_synthetic"]["mean"] == pytest.approx(0.9) and results["gcn_synthetic"]["seeds"] == [0, 1]
+    assert results["gat_cora"] == other
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--seeds", "0"], "--seeds must be >= 1"),
+    (["--", "output_dir=/tmp/one_folder"], "output_dir cannot be overridden"),
+])
+def test_arguments_that_would_train_nothing_or_mix_seeds_are_refused(argv, message, tmp_path, capsys, monkeypatch):
+    """--seeds 0 trained nothing and exited 0; one output_dir for every seed made each seed's run replace (or
+    refuse) the last."""
+    import graphfuse.trainers.run as run
+
+    monkeypatch.setattr(run, "train", lambda cfg, verbose=True: _metrics(cfg.seed, 0.9))  # nothing trains
+    reproduce = _load_script()
+    with pytest.raises(SystemExit) as stop:
+        reproduce.main(["--experiments", "gcn_synthetic", "--out", str(tmp_path / "r"), *argv])
+    assert stop.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()

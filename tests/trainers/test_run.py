@@ -509,3 +509,53 @@ def test_train_checks_a_config_changed_after_loading(tiny, tmp_path, key, value,
     with pytest.raises(ConfigError, match=f"invalid value for {fragment}"):
         train(cfg, verbose=False)
     assert not (tmp_path / "run").exists()
+
+
+def test_resume_may_change_the_attention_dropout(tiny):
+    """Dropout rates do not shape the saved weights: model.attn_dropout may change on a resume, as model.dropout."""
+    gat = [*tiny, "model=gat", "model.hidden=4", "model.heads=2"]
+    train(load_config([*gat, "trainer.max_epochs=1"]), verbose=False)
+    resumed = train(load_config([*gat, "trainer.max_epochs=2", "trainer.resume=true", "model.attn_dropout=0.1"]),
+                    verbose=False)
+    assert resumed["epochs_this_run"] == 1
+    with pytest.raises(ConfigError, match="model.heads differ from the run being resumed"):  # the check still bites
+        train(load_config([*gat, "trainer.max_epochs=3", "trainer.resume=true", "model.heads=1"]), verbose=False)
+
+
+def test_the_suggested_output_dir_is_free(tmp_path):
+    """With run-2 and run-3 taken, the refusal names run-4, not a folder that holds another run."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "config.yaml").write_text(OmegaConf.to_yaml({"seed": 0, "model": {"hidden": 8}}))
+    for taken in ("run-2", "run-3"):
+        (tmp_path / taken).mkdir()
+    with pytest.raises(ConfigError, match=r"\(e\.g\. output_dir=.*/run-4\)"):
+        _check_rerun(out, {"seed": 0, "model": {"hidden": 16}})
+
+
+def test_median_epoch_time_leaves_the_first_epoch_out(tiny, monkeypatch):
+    """metrics.json's median_epoch_time_s is the steady-state figure: the first epoch (kernel compilation, format
+    building) is left out of it, not out of the mean."""
+    from graphfuse.trainers.module import NodeClassifier
+
+    scripted = iter([5.0, 0.1, 0.3, 0.2])  # seconds per epoch, as the module would have measured them
+
+    def record(self):
+        self.epoch_times.append(next(scripted))
+
+    monkeypatch.setattr(NodeClassifier, "on_train_epoch_end", record)
+    metrics = train(load_config([*tiny, "trainer.max_epochs=4"]), verbose=False)
+    assert metrics["median_epoch_time_s"] == pytest.approx(0.2)
+    assert metrics["mean_epoch_time_s"] == pytest.approx(5.6 / 4)
+
+
+def test_a_resume_keeps_the_runs_wandb_id(tiny, tmp_path):
+    """wandb_run_id names the wandb run that trainer.resume continues: a resume without wandb must not forget it
+    (only a fresh run does), or a later resume with wandb would start another wandb run."""
+    from graphfuse.trainers import run as run_module
+
+    run = tmp_path / "run"
+    train(load_config([*tiny, "trainer.max_epochs=1"]), verbose=False)
+    (run / run_module.WANDB_ID).write_text("abc123\n")  # as a run logged to wandb leaves it
+    train(load_config([*tiny, "trainer.max_epochs=2", "trainer.resume=true"]), verbose=False)  # logger.wandb=false
+    assert (run / run_module.WANDB_ID).read_text() == "abc123\n"

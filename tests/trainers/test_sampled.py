@@ -340,3 +340,28 @@ def test_no_edge_normalisation_without_coverage(tmp_path):
     dm = build_datamodule(cfg, _synthetic())
     assert dm.loader_args["normalize_edges"] is False
     dm.build_loader(torch.device("cpu"))  # raised: normalize_edges needs sample_coverage > 0
+
+
+def test_the_runs_seed_draws_the_training_batches():
+    """seed=1 and seed=0 train on different batches; the same seed on the same ones."""
+    ds = _synthetic()
+
+    def batches(seed):
+        cfg = load_config(["data=synthetic", "model=sage", "sampler=neighbor", "sampler.num_neighbors=[2,2]",
+                           "sampler.batch_size=8", f"seed={seed}"])
+        return [b.n_id for b in build_datamodule(cfg, ds).train_dataloader()]
+
+    zero, one = batches(0), batches(1)
+    assert len(zero) == len(one) > 1
+    assert all(torch.equal(a, b) for a, b in zip(zero, batches(0)))
+    assert not all(torch.equal(a, b) for a, b in zip(zero, one))
+
+
+def test_the_normalisation_is_cached_under_the_data_root_by_default(tmp_path, monkeypatch):
+    """sampler.cache_dir null: <data.root>/saint_norm (config docstring), not the default data root."""
+    monkeypatch.setenv("GRAPHFUSE_DATA_ROOT", str(tmp_path / "default_root"))
+    cfg = load_config(["data=synthetic", "sampler=saint_rw", "model=saint", "model.aggr=sum", "sampler.roots=10",
+                       "sampler.sample_coverage=1", f"data.root={tmp_path / 'data'}"])
+    build_datamodule(cfg, _synthetic()).train_dataloader()  # pre-samples and caches the coefficients
+    assert len(list((tmp_path / "data" / "saint_norm").iterdir())) == 1
+    assert not (tmp_path / "default_root").exists()

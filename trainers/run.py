@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import platform
+import re
 import statistics
 import sys
 import time
@@ -112,7 +113,7 @@ class _RunCheckpoint(ModelCheckpoint):
                          last_model_path=here(state.get("last_model_path", "")),
                          best_k_models={here(k): v for k, v in state.get("best_k_models", {}).items()})
         super().load_state_dict(state)
-        written = sorted(Path(self.dirpath).glob("best-*.ckpt")) if self.monitor and self.dirpath else []
+        written = _best_files(Path(self.dirpath)) if self.monitor and self.dirpath else []
         if written and self.best_model_path and not Path(self.best_model_path).is_file():
             path = str(written[-1])  # the only one left (see _remove_unrecorded_best)
             score = torch.load(path, map_location="cpu", weights_only=False, mmap=True)["callbacks"][
@@ -161,12 +162,21 @@ def _recorded_best(saved: dict[str, Any]) -> set[str]:
             if isinstance(state, dict) and state.get("best_model_path")}
 
 
+def _best_files(ckpt_dir: Path) -> list[Path]:
+    """The best-*.ckpt files in ``ckpt_dir``, oldest first: by epoch, then Lightning's -vN suffix (by name,
+    best-epoch=1000 would come before best-epoch=999)."""
+    def order(path: Path) -> tuple[int, ...]:
+        return tuple(int(n) for n in re.findall(r"\d+", path.stem))
+
+    return sorted(ckpt_dir.glob("best-*.ckpt"), key=order)
+
+
 def _remove_unrecorded_best(ckpt_dir: Path, saved: dict[str, Any]) -> None:
     """Delete the best-*.ckpt files that ``saved`` (last.ckpt) does not record as a best checkpoint: a run stopped
     after writing a new best but before last.ckpt leaves one, which the resumed run would keep beside its own.
     When Lightning had already deleted the recorded one, the newest is kept: :class:`_RunCheckpoint` takes it."""
     recorded = _recorded_best(saved)
-    written = sorted(ckpt_dir.glob("best-*.ckpt"))
+    written = _best_files(ckpt_dir)
     keep = {p.name for p in written} & recorded or {p.name for p in written[-1:]}
     for path in written:
         if path.name not in keep:

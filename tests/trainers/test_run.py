@@ -487,6 +487,10 @@ def test_without_a_recorded_best_the_newest_best_file_is_kept(tmp_path):
     saved = {"callbacks": {"ModelCheckpoint{}": {"best_model_path": str(tmp_path / "best-epoch=000.ckpt")}}}
     _remove_unrecorded_best(tmp_path, saved)
     assert [p.name for p in tmp_path.iterdir()] == ["best-epoch=003.ckpt"]
+    for name in ("best-epoch=999.ckpt", "best-epoch=1000.ckpt", "best-epoch=1000-v1.ckpt"):  # newest by epoch
+        (tmp_path / name).write_text("x")
+    _remove_unrecorded_best(tmp_path, saved)
+    assert [p.name for p in tmp_path.iterdir()] == ["best-epoch=1000-v1.ckpt"]
 
 
 def test_device_batch_moves_again_for_another_device():

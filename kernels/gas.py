@@ -71,7 +71,8 @@ def gas_forward(
     validate: bool = True,
 ) -> Tensor:
     """``out[dst_e] += values[e] * x[src_e]`` over all edges (atomics), plus ``self_weight[i] * x[i]`` for
-    i < num_dst when ``self_loops`` (weight 1 when ``self_weight`` is None; needs num_src >= num_dst).
+    i < num_dst when ``self_loops`` or ``self_weight`` is given (weight 1 when ``self_weight`` is None; needs
+    num_src >= num_dst).
     ``validate``: check the index values (one host sync; see :func:`graphfuse.kernels.runtime.check_indices`).
     """
     op = "gas_forward"

@@ -160,3 +160,23 @@ def test_unparsable_raw_files_are_named(no_mirror, tmp_path):
     with pytest.raises(DatasetNotFoundError, match=r"facebook: cannot read the raw file \S*facebook_features\.json"
                        r" \(JSONDecodeError"):
         load_dataset("facebook", tmp_path, download=False)
+
+
+def _tiny_musae_with_ids(folder, ids=(0, 1, 2)):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "facebook_edges.csv").write_text("id_1,id_2\n0,1\n1,2\n")
+    (folder / "facebook_features.json").write_text(json.dumps({"0": [5], "1": [7, 5], "2": []}))
+    rows = "".join(f"{i},{i},page{i},company\n" for i in ids)
+    (folder / "facebook_target.csv").write_text("id,facebook_id,page_name,page_type\n" + rows)
+
+
+@pytest.mark.parametrize("ids", [(0, 0, 2), (0, 1, 3)], ids=["repeated", "gap"])
+def test_target_ids_must_number_the_nodes(no_mirror, tmp_path, ids):
+    """facebook_target.csv must list each node 0..N-1 once: a repeated id left a label uninitialised (np.empty),
+    an id past N failed with a bare IndexError (mutant DA9 dropped the check)."""
+    _tiny_musae_with_ids(tmp_path / "facebook", ids)
+    with pytest.raises(DatasetNotFoundError, match=r"facebook: cannot read the raw file \S*facebook_target\.csv "
+                       r"\(ValueError: facebook: ids in \S* must be 0\.\.2\)"):
+        load_dataset("facebook", tmp_path, download=False)
+    _tiny_musae_with_ids(tmp_path / "facebook")
+    assert load_dataset("facebook", tmp_path, download=False).y.tolist() == [0, 0, 0]

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from graphfuse.data import load_dataset
+from graphfuse.data.seeds import check_seed
 
 SMALL = {"num_nodes": 3000, "avg_degree": 8, "num_features": 32, "num_classes": 6}
 
@@ -176,3 +177,20 @@ def test_features_are_float32_under_a_float64_default_dtype():
     finally:
         torch.set_default_dtype(previous)
     assert ds.x.dtype == torch.float32
+
+
+def test_one_class_per_node_is_accepted():
+    """num_classes may be as large as num_nodes (documented range [1, num_nodes]; mutant DA1 refused the upper
+    end). Every node is then its own class, and no edge can join two nodes of one class."""
+    ds = load_dataset("synthetic", num_nodes=12, num_classes=12, avg_degree=2, num_features=4, seed=1)
+    assert sorted(ds.y.tolist()) == list(range(12)) and ds.num_classes == 12
+    src, dst = ds.edge_index
+    assert ds.num_edges > 0 and not (ds.y[src] == ds.y[dst]).any()
+
+
+def test_the_lowest_torch_seed_is_accepted():
+    """torch.Generator.manual_seed takes [-2**63, 2**64): -2**63 included (mutant DA8 refused it)."""
+    check_seed("synthetic", -2**63)
+    a = load_dataset("synthetic", num_nodes=30, num_classes=3, avg_degree=4, num_features=4, seed=-2**63)
+    b = load_dataset("synthetic", num_nodes=30, num_classes=3, avg_degree=4, num_features=4, seed=-2**63)
+    assert torch.equal(a.edge_index, b.edge_index) and torch.equal(a.x, b.x)

@@ -348,3 +348,93 @@ def test_max_min_gradient_goes_to_the_first_tied_entry_in_csr_order(reduce):
         assert out[:2].tolist() == [[1.0, 2.0], [7.0, 3.0]]
         assert x.grad.tolist() == [[0.0, 0.0], [0.0, 0.0], [100.0, 1000.0], [1.0, 10.0], [0.0, 0.0]]
         assert w.grad.tolist() == [21.0, 0.0, 0.0, 3700.0, 0.0]
+
+
+def test_use_backend_restores_the_default_when_its_block_raises():
+    """Mutant D01 restored the previous default only when the block ended normally: an exception inside
+    ``use_backend`` left every later call on that backend."""
+    assert graphfuse.engine.get_default_backend() == "auto"
+    with pytest.raises(RuntimeError, match="boom"), graphfuse.use_backend("reference"):
+        assert graphfuse.engine.get_default_backend() == "reference"
+        raise RuntimeError("boom")
+    assert graphfuse.engine.get_default_backend() == "auto"
+
+
+def test_the_memo_follows_torch_warn_only_flag():
+    """Under ``torch.use_deterministic_algorithms(True, warn_only=True)`` a backend that is not deterministic runs
+    with a warning; once the flag is strict again, the same call on the same graph must be refused, not served
+    from the memo (mutant D03 left warn_only out of the memo's key)."""
+    g, x = make_graph_case("unsorted"), torch.randn(50, 4)
+    register_backend(Backend(name="fake_atomic_warn", ops={"aggregate": _sevens}, devices=frozenset({"cpu"})))
+    previous = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    try:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        with pytest.warns(UserWarning, match="no deterministic backend runs this call on cpu"):
+            assert (graphfuse.aggregate(g, x, backend="fake_atomic_warn") == 7).all()
+        torch.use_deterministic_algorithms(True)
+        with pytest.raises(ValueError, match="backend 'fake_atomic_warn' is not deterministic on cpu"):
+            graphfuse.aggregate(g, x, backend="fake_atomic_warn")
+    finally:
+        torch.use_deterministic_algorithms(previous[0], warn_only=previous[1])
+        graphfuse.engine.unregister_backend("fake_atomic_warn")
+
+
+@pytest.mark.parametrize("reduce", ["max", "min"])
+def test_max_min_with_a_gradient_give_the_no_grad_values_and_zero_rows(reduce):
+    """The gradient path (first tied entry in CSR order) must not change the values: targets without in-edges
+    stay 0 (mutant E01 gave them a stray message) and the rest equal the no-grad result."""
+    g = make_graph_case("isolated")  # nodes 6..9 have no in-edges
+    x = torch.randn(g.num_src, 3, dtype=torch.float64)
+    w = torch.rand(g.num_edges, dtype=torch.float64) + 0.5
+    expected = graphfuse.aggregate(g, x, w, reduce=reduce)
+    out = graphfuse.aggregate(g, x.clone().requires_grad_(), w.clone().requires_grad_(), reduce=reduce)
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    assert (out[g.in_degree == 0] == 0).all()
+
+
+@pytest.mark.parametrize("reduce", ["max", "min"])
+def test_max_min_with_a_gradient_on_a_graph_without_edges(reduce):
+    """Mutant E02 took the tie-breaking gradient path on an edgeless graph, which indexes an empty message
+    tensor and raises."""
+    g = make_graph_case("no_edges")
+    x = torch.randn(g.num_src, 3, requires_grad=True)
+    out = graphfuse.aggregate(g, x, reduce=reduce)
+    assert torch.equal(out, torch.zeros(g.num_dst, 3))
+    out.sum().backward()
+    assert torch.equal(x.grad, torch.zeros_like(x))
+
+
+def test_per_feature_weights_are_refused_for_two_dimensional_features():
+    """(E, H) weights belong to 3-D (N, H, C) features; for (N, F) features an (E, F) tensor is a mistake, not
+    per-feature weights (mutant F01 accepted it and scaled each feature by its own column)."""
+    g = make_graph_case("unsorted")
+    x = torch.randn(50, 4)
+    with pytest.raises(ValueError, match=r"aggregate: edge_weight must have shape \(\d+,\) \(E=\d+\); got \(\d+, 4\)"):
+        graphfuse.aggregate(g, x, torch.rand(g.num_edges, 4))
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min"])
+def test_weights_of_another_dtype_are_cast_to_the_features(reduce):
+    """``aggregate`` casts edge weights to x's dtype: float64 weights on float32 features give the float32
+    result of float32 weights, for every reduce (mutant F02 dropped the cast: max/min then failed in
+    scatter_reduce)."""
+    g = make_graph_case("hub")
+    x = torch.randn(g.num_src, 5)
+    w = torch.rand(g.num_edges, dtype=torch.float64)
+    out = graphfuse.aggregate(g, x, w, reduce=reduce)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, graphfuse.aggregate(g, x, w.float(), reduce=reduce))
+
+
+def test_sddmm_refuses_operands_with_different_head_counts():
+    """(N, 1, C) and (N, 3, C) broadcast to three heads; sddmm must refuse them (mutant F03 compared only C)."""
+    g = make_graph_case("unsorted")
+    with pytest.raises(ValueError, match="sddmm: a and b must share their trailing shape"):
+        graphfuse.sddmm(g, torch.randn(50, 1, 4), torch.randn(50, 3, 4))
+
+
+def test_edge_softmax_refuses_scores_on_another_device():
+    """Mutant F05 skipped the device check (the meta device stands in for CUDA)."""
+    g = make_graph_case("unsorted")
+    with pytest.raises(ValueError, match="edge_softmax: scores is on meta but the graph is on cpu"):
+        graphfuse.edge_softmax(g, torch.randn(g.num_edges, device="meta"))

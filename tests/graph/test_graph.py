@@ -8,7 +8,7 @@ from torch_geometric.data import Data
 from torch_geometric.nn.conv.gcn_conv import gcn_norm as pyg_gcn_norm
 
 import graphfuse
-from cases import GRAPH_CASES, make_graph_case, torch_row_schedule
+from cases import GRAPH_CASES, make_graph_case, tolerance, torch_row_schedule
 from graphfuse import Graph, aggregate
 from graphfuse.graph import (
     add_remaining_self_loops,
@@ -365,3 +365,59 @@ def test_the_edges_are_fixed_once_built():
 def test_from_pyg_names_what_it_needs():
     with pytest.raises(TypeError, match="Graph.from_pyg: data must be a torch_geometric.data.Data .*got Tensor"):
         graphfuse.Graph.from_pyg(torch.tensor([[0, 1], [1, 0]]))
+
+
+def test_a_moved_weighted_entry_is_rebuilt_when_the_moved_weights_change():
+    """Graph.to moves a weighted cache entry that is current, stamped with the moved weights: an in-place change
+    of those weights before the entry's next use must rebuild it, as on the graph it came from (mutant G02 left
+    the moved entry unstamped, so that use stamped the changed weights onto the stale value and served it).
+    The meta device stands in for CUDA."""
+    g = make_graph_case("hub")
+    g.edge_weight = torch.rand(g.num_edges)
+    g.cached("doubled", lambda: g.edge_weight * 2, weighted=True)
+    builds = []
+
+    def build(graph):
+        builds.append(1)
+        return graph.edge_weight * 2
+
+    kept = g.to("meta")
+    kept.cached("doubled", lambda: build(kept), weighted=True)
+    assert builds == []  # current when moved: moved along, not rebuilt
+    changed = g.to("meta")
+    changed.edge_weight.mul_(3)
+    changed.cached("doubled", lambda: build(changed), weighted=True)
+    assert builds == [1]
+
+
+def test_from_pyg_leaves_multi_dimensional_edge_features_out():
+    """A (E, D) edge_attr holds edge features, not weights: the graph is unweighted (mutant G06 passed any
+    floating edge_attr to Graph, which refused its shape)."""
+    edge_index = torch.tensor([[0, 1, 2], [1, 2, 0]])
+    g = Graph.from_pyg(Data(edge_index=edge_index, num_nodes=3, edge_attr=torch.rand(3, 4)))
+    assert g.edge_weight is None and g.num_nodes == 3 and torch.equal(g.edge_index, edge_index)
+
+
+def test_coo_to_csc_refuses_a_source_past_num_src():
+    """Mutant C01 checked the target row for coo_to_csc too: a source id past num_src gave a colptr that ends
+    before the last entry, silently."""
+    for past in (3, 7):
+        with pytest.raises(ValueError, match=r"coo_to_csc: edge_index ids must be >= 0 and row 0 below num_src=3"):
+            coo_to_csc(torch.tensor([[0, past], [0, 1]]), 3)
+    colptr, row, perm = coo_to_csc(torch.tensor([[0, 2], [5, 1]]), 3)  # targets are not bounded by num_src
+    assert colptr.tolist() == [0, 1, 1, 2] and row.tolist() == [5, 1] and perm.tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("normalise", [gcn_norm, mean_norm], ids=["gcn_norm", "mean_norm"])
+def test_half_precision_weights_sum_their_degrees_in_float32(dtype, normalise):
+    """A hub with 3,000 unit in-edges: in float16 (bfloat16) a running sum of ones stops at 2,048 (256), so
+    degrees summed in the weights' dtype normalise the hub's edges by the wrong degree (mutant N02). The
+    results must match the float64 normalisation to the half dtype's relative precision."""
+    n = 3001
+    src = torch.arange(1, n)
+    edge_index = torch.stack([src, torch.zeros_like(src)])
+    half = normalise(Graph(edge_index, num_nodes=n, edge_weight=torch.ones(n - 1, dtype=dtype)))
+    exact = normalise(Graph(edge_index, num_nodes=n, edge_weight=torch.ones(n - 1, dtype=torch.float64)))
+    assert half.edge_weight.dtype == dtype and torch.equal(half.edge_index, exact.edge_index)
+    torch.testing.assert_close(half.edge_weight.double(), exact.edge_weight, rtol=tolerance(dtype)["rtol"], atol=0)

@@ -349,3 +349,28 @@ def test_gat_scores_tell_type_from_shape():
         gat_scores(h, att.numpy(), att)
     with pytest.raises(TypeError, match="gat_scores: h must be a floating-point torch.Tensor; got torch.int64"):
         gat_scores(h.long(), att, att)
+
+
+def test_gat_scores_refuse_per_node_attention_vectors():
+    """att_src is one (H, C) vector per head; an (N, H, C) tensor broadcast against h's (N, H, C) and gave each
+    node its own attention vector (mutant A02 checked only the trailing (H, C))."""
+    h = torch.randn(5, 3, 4)
+    att = torch.randn(3, 4)
+    for bad in (torch.randn(5, 3, 4), torch.randn(2, 3, 4)):
+        with pytest.raises(ValueError, match=r"gat_scores: att_src must have shape \(H, C\) or \(1, H, C\)"):
+            gat_scores(h, bad, att)
+        with pytest.raises(ValueError, match=r"gat_scores: att_dst must have shape \(H, C\) or \(1, H, C\)"):
+            gat_scores(h, att, bad)
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_gat_ops_refuse_a_negative_dropout(training):
+    """Mutant A04 checked only the upper bound: a negative rate then failed inside torch's F.dropout with a
+    message naming neither the op nor the argument."""
+    g = Graph(torch.randint(0, 20, (2, 80), generator=torch.Generator().manual_seed(0)), num_nodes=20)
+    a = torch.randn(g.num_nodes, 2)
+    h = torch.randn(g.num_nodes, 2, 3)
+    with pytest.raises(ValueError, match=r"gat_attention: dropout must lie in \[0, 1\); got -0.1"):
+        gat_attention(g, a, a, dropout=-0.1, training=training)
+    with pytest.raises(ValueError, match=r"gat_aggregate: dropout must lie in \[0, 1\); got -0.1"):
+        gat_aggregate(g, h, a, a, dropout=-0.1, training=training)

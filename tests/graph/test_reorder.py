@@ -8,7 +8,7 @@ import torch
 
 import graphfuse
 from cases import make_graph_case
-from graphfuse.graph import cluster_labels, cluster_order, permute_nodes
+from graphfuse.graph import add_remaining_self_loops, cluster_labels, cluster_order, permute_nodes
 
 
 def interleaved_cliques(size: int = 6, bridges: int = 1) -> graphfuse.Graph:
@@ -99,3 +99,13 @@ def test_a_quiet_half_pass_does_not_stop_propagation():
     labels = cluster_labels(g)
     assert labels[1] == labels[3] == labels[5]
     assert labels[[0, 2, 4]].tolist() == [0, 2, 4]
+
+
+@pytest.mark.parametrize("case", ["unsorted", "hub", "duplicates"])
+def test_self_loops_do_not_vote(case):
+    """Labels come from a node's neighbours; a self-loop (every GCN- or GAT-processed graph has one per node)
+    is no neighbour: with or without them the communities are the same (mutant R02 let a node's self-loop vote
+    for its own label)."""
+    g = make_graph_case(case)
+    looped = add_remaining_self_loops(g)
+    assert torch.equal(cluster_labels(looped), cluster_labels(g))

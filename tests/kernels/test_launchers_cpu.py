@@ -14,7 +14,7 @@ import torch
 import graphfuse
 from cases import make_graph_case
 from graphfuse.engine import autograd, reference
-from graphfuse.kernels import gar, gas, graph_processing, radix_sort, runtime, spmm
+from graphfuse.kernels import gar, gas, gat_attention, graph_processing, radix_sort, runtime, spmm
 
 
 def test_kernels_import_without_cupy():
@@ -618,3 +618,69 @@ def test_graph_processing_refuses_bipartite_gcn():
 def test_gar_refuses_an_empty_rowptr():
     with pytest.raises(ValueError, match="rowptr must have at least one element"):
         gar.gar_forward(torch.empty(0, dtype=torch.long), torch.empty(0, dtype=torch.int32), torch.randn(2, 4))
+
+
+def test_choose_thresholds_are_the_documented_average_in_degrees():
+    """"auto" on CUDA: gar for learned weights from an average in-degree of 32 on (mutant AU1: only above it),
+    gas for sum/mean below 2 (mutant AU2: at 2 too), gespmm otherwise."""
+    gen = torch.Generator().manual_seed(0)
+    n = 10
+
+    def graph(avg):
+        return graphfuse.Graph(torch.randint(0, n, (2, avg * n), generator=gen), num_nodes=n)
+
+    x = torch.randn(n, 4)
+    for avg, learned, expected in ((32, True, "gar"), (31, True, "gespmm"), (2, False, "gespmm"), (1, False, "gas")):
+        g = graph(avg)
+        w = torch.rand(g.num_edges, requires_grad=learned)
+        assert autograd.choose(g, x, w, "sum") == expected, (avg, learned)
+
+
+def test_launchers_refuse_minus_infinity(monkeypatch):
+    """-inf is no finite real number either (mutant KR01 checked only the upper bound): a -inf negative_slope
+    reached the kernel, a -inf fill_value the self-loops."""
+    monkeypatch.setattr(runtime, "check_devices", lambda op, tensors: torch.device("cpu"))
+    rowptr, col = _csr()
+    a = torch.zeros(4, 2)
+    with pytest.raises(ValueError, match="gat_softmax: negative_slope must be a finite real number; got -inf"):
+        gat_attention.softmax_forward(rowptr, col, torch.arange(6), a, a, negative_slope=float("-inf"))
+    with pytest.raises(ValueError, match="gat_alpha_entries: dropout must be a finite real number; got -inf"):
+        gat_attention.alpha_entries(torch.zeros(6, dtype=torch.int64), col, torch.arange(6), a, a, a, a,
+                                    dropout=float("-inf"))
+    with pytest.raises(ValueError, match="process_graph: fill_value must be a finite real number; got -inf"):
+        graph_processing.process(torch.zeros(2, 3, dtype=torch.int64), 3, 3, fill_value=float("-inf"))
+
+
+def test_launch_grids_are_bounded_by_cudas_limits():
+    """gridDim limits: x < 2**31, y and z <= 65535. The largest grid is accepted (mutant KR03 refused y = 65535),
+    one more in any dimension refused (mutant KR02 left z unbounded). Nothing launches: a bound kernel checks
+    its grid when built."""
+    device = torch.device("cuda", 0)
+    largest = runtime.Kernel("spmm.cu", "k<float>", device, (2**31 - 1, 65535, 65535), (256,))
+    assert largest.shape[:3] == (2**31 - 1, 65535, 65535)
+    for grid in ((2**31,), (1, 65536), (1, 1, 65536)):
+        with pytest.raises(ValueError, match=r"k<float>: launch grid .* exceeds the CUDA limits"):
+            runtime.Kernel("spmm.cu", "k<float>", device, grid, (256,))
+
+
+def test_check_devices_refuses_tensors_on_two_cuda_devices():
+    """Mutant KR04 dropped the same-device check: a kernel launched on one device read pointers of another.
+    Stand-ins carry the devices (no CUDA here)."""
+    on = {i: SimpleNamespace(device=torch.device("cuda", i)) for i in (0, 1)}
+    assert runtime.check_devices("op", {"a": on[0], "b": None, "c": on[0]}) == torch.device("cuda", 0)
+    with pytest.raises(ValueError, match="op: c is on cuda:1 but a is on cuda:0"):
+        runtime.check_devices("op", {"a": on[0], "b": None, "c": on[1]})
+
+
+def test_gas_self_loops_of_a_square_graph_pass_the_checks():
+    """A square graph (num_src == num_dst) is the usual case for GAS self-loops, and self_weight alone asks for
+    them: both must get past the argument checks to the device check (mutant KR07 refused num_src == num_dst
+    in gas_backward, mutant KR08 sized self_weight as if there were no loops)."""
+    src = dst = torch.tensor([0, 1, 2])
+    x = torch.zeros(3, 4)
+    with pytest.raises(ValueError, match="gas_backward: grad must be a CUDA tensor"):
+        gas.gas_backward(src, dst, x, None, num_src=3, self_loops=True)
+    with pytest.raises(ValueError, match="gas_forward: x must be a CUDA tensor"):
+        gas.gas_forward(src, dst, x, num_dst=3, self_weight=torch.ones(3))
+    with pytest.raises(ValueError, match=r"gas_forward: self_weight must have shape \(num_self=3,\)"):
+        gas.gas_forward(src, dst, x, num_dst=3, self_weight=torch.ones(2))

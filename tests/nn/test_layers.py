@@ -401,3 +401,16 @@ def test_gat_without_self_loops_names_the_square_requirement():
     g = graphfuse.Graph(torch.tensor([[0, 4, 2], [0, 1, 2]]), num_src=5, num_dst=3)
     with pytest.raises(ValueError, match="GATConv: graph must be square"):
         GATConv(4, 3, add_self_loops=False)(torch.randn(5, 4), g)
+
+
+IN = 6
+
+
+@pytest.mark.parametrize("cls", [GCNConv, SAGEConv, GATConv, GraphSAINTConv])
+def test_layers_name_features_on_another_device_than_the_graph(cls):
+    """The layer names the mismatch (mutant L04 dropped as_graph's device check: the error then came from an
+    inner op, or a weight, naming neither the layer nor x). The meta device stands in for CUDA."""
+    conv = cls(IN, 4)
+    graph = make_graph_case("isolated")
+    with pytest.raises(ValueError, match=rf"{cls.__name__}: x is on meta but the graph is on cpu"):
+        conv(torch.randn(graph.num_nodes, IN, device="meta"), graph)

@@ -179,3 +179,23 @@ def test_bad_inputs_raise_naming_the_argument():
             GraphSAINT(IN, HIDDEN, OUT, **kwargs)
     with pytest.raises(ValueError, match=r"x must have shape \(N, in_channels=7\)"):
         GraphSAINT(IN, HIDDEN, OUT)(torch.randn(graph.num_nodes, IN - 1), graph)
+
+
+IN, HIDDEN, OUT = 7, 8, 3
+
+
+def test_training_forward_drops_out_before_the_classifier():
+    """The documented output layer: L2-normalise, dropout, linear classifier. In training mode the model equals
+    the hand-stacked layers drawing the same dropout masks (mutant L08 left out the dropout before the
+    classifier)."""
+    graph = make_graph_case("duplicates")
+    x = torch.randn(graph.num_nodes, IN, generator=torch.Generator().manual_seed(1))
+    model = GraphSAINT(IN, HIDDEN, OUT, num_layers=2, dropout=0.5).train()
+    torch.manual_seed(0)
+    out = model(x, graph)
+    torch.manual_seed(0)
+    h = x
+    for conv in model.convs:
+        h = F.relu(conv(F.dropout(h, p=0.5, training=True), graph))
+    expected = model.classifier(F.dropout(F.normalize(h, dim=-1), p=0.5, training=True))
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)

@@ -213,19 +213,15 @@ def _edges(edge_index) -> list[tuple[int, int]]:
     return sorted(map(tuple, edge_index.t().tolist()))
 
 
-def test_read_mtx_takes_one_based_ids_and_symmetrises(scripts, tmp_path):
+@pytest.mark.parametrize(("reader", "name", "text"), [
+    ("read_mtx", "g.mtx", "%%MatrixMarket matrix coordinate pattern symmetric\n% a comment\n3 3 2\n1 2\n3 2\n"),  # 1-based
+    ("read_edge_csv", "edges.csv", "id_1,id_2\n0,1\n2,1\n"),  # a header line
+])
+def test_graph_readers_number_from_zero_and_symmetrise(scripts, tmp_path, reader, name, text):
     bench = scripts("bench_graphs")
-    path = tmp_path / "g.mtx"
-    path.write_text("%%MatrixMarket matrix coordinate pattern symmetric\n% a comment\n3 3 2\n1 2\n3 2\n")
-    edge_index, n = bench.read_mtx(path, "cpu")
-    assert n == 3 and _edges(edge_index) == [(0, 1), (1, 0), (1, 2), (2, 1)]
-
-
-def test_read_edge_csv_skips_its_header_and_symmetrises(scripts, tmp_path):
-    bench = scripts("bench_graphs")
-    path = tmp_path / "edges.csv"
-    path.write_text("id_1,id_2\n0,1\n2,1\n")
-    edge_index, n = bench.read_edge_csv(path, "cpu")
+    path = tmp_path / name
+    path.write_text(text)
+    edge_index, n = getattr(bench, reader)(path, "cpu")
     assert n == 3 and _edges(edge_index) == [(0, 1), (1, 0), (1, 2), (2, 1)]
 
 

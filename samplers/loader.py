@@ -59,9 +59,11 @@ def make_generator(device: torch.device, seed: int | None, owner: str = "make_ge
 
 
 def _check_node_tensor(name: str, value: Tensor | None, num_nodes: int, loader: str) -> None:
-    if value is not None and not isinstance(value, Tensor):
+    if value is None:
+        return
+    if not isinstance(value, Tensor):
         raise TypeError(f"{loader}: {name} must be a torch.Tensor; got {type(value).__name__}")
-    if value is not None and (value.dim() < 1 or value.size(0) != num_nodes):
+    if value.dim() < 1 or value.size(0) != num_nodes:
         raise ValueError(f"{loader}: {name} must be a tensor with {num_nodes} rows (one per node); got "
                          f"{tuple(value.shape)}")
 

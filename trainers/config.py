@@ -341,8 +341,11 @@ def split_overrides(overrides: Iterable[str]) -> tuple[dict[str, str], list[str]
     ``++`` before a key is dropped).
 
     Raises:
-        ConfigError: an item is not of the form ``key=value``.
+        ConfigError: an item is not of the form ``key=value``, or has no value.
+        TypeError: ``overrides`` is a string, or holds an item that is not one.
     """
+    if isinstance(overrides, str):  # iterating it would split it into characters
+        raise TypeError(f"overrides must be a list of key=value strings; got the string {overrides!r}")
     choices: dict[str, str] = {}
     dotlist: list[str] = []
     for item in overrides:
@@ -354,10 +357,10 @@ def split_overrides(overrides: Iterable[str]) -> tuple[dict[str, str], list[str]
                 f"bad override '{item}': every item must be key=value, e.g. experiment=gat_cora, model=gat or "
                 "model.hidden=64."
             )
-        if not value.strip():  # e.g. output_dir=$OUT with OUT unset: omegaconf would read null, the default
-            raise ConfigError(f"bad override '{item}': no value after '='; write {key.strip()}=null for null, or "
-                              f"quote an empty string ({key.strip()}='').")
         key = key.strip().lstrip("+")  # Hydra's "+" (add) and "++" (add or override): every key exists here
+        if not value.strip():  # e.g. output_dir=$OUT with OUT unset: omegaconf would read null, the default
+            raise ConfigError(f"bad override '{item}': no value after '='; write {key}=null for null, or quote an "
+                              f"empty string ({key}='').")
         if key in GROUPS or key == "experiment":
             choices[key] = value.strip()
         else:
@@ -464,13 +467,12 @@ def load_config(overrides: Iterable[str] = ()) -> DictConfig:
 
     Raises:
         ConfigError: unknown key, wrong type, unknown group choice or experiment, malformed item.
+        TypeError: ``overrides`` is a string, or holds an item that is not one.
 
     Example:
         >>> cfg = load_config(["experiment=gat_cora", "model.hidden=16", "trainer.max_epochs=50"])
     """
-    if isinstance(overrides, str):  # list() would split it into characters
-        raise TypeError(f"overrides must be a list of key=value strings; got the string {overrides!r}")
-    choices, dotlist = split_overrides(list(overrides))
+    choices, dotlist = split_overrides(overrides)
     root = config_dir()
     base = _load_yaml(root / "defaults.yaml", "defaults file")
     groups = _pop_defaults(base, "defaults.yaml")

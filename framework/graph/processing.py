@@ -113,10 +113,6 @@ def _check_graph(op: str, graph: object) -> None:
         raise TypeError(f"{op}: graph must be a graphfuse.Graph; got {type(graph).__name__}")
 
 
-def _check_fill_value(op: str, fill_value: object) -> None:
-    check_finite_real(op, "fill_value", fill_value)
-
-
 def _reference(graph: Graph, self_loops: bool, fill_value: float, norm: str) -> Graph:
     if self_loops:
         graph = reference.add_remaining_self_loops(graph, fill_value)
@@ -153,7 +149,7 @@ def process_graph(
     """
     _check_graph("process_graph", graph)
     check_bools("process_graph", self_loops=self_loops)
-    _check_fill_value("process_graph", fill_value)
+    check_finite_real("process_graph", "fill_value", fill_value)
     if norm not in NORMS:
         raise ValueError(f"process_graph: norm must be one of {list(NORMS)}; got {norm!r}")
     if self_loops and graph.is_bipartite:
@@ -202,7 +198,7 @@ def gcn_norm(graph: Graph, *, add_self_loops: bool = True, improved: bool = Fals
 def add_remaining_self_loops(graph: Graph, fill_value: float = 1.0, *, backend: str | None = None) -> Graph:
     """PyG's ``add_remaining_self_loops`` (see :func:`graphfuse.graph.norm.add_remaining_self_loops`)."""
     _check_graph("add_remaining_self_loops", graph)
-    _check_fill_value("add_remaining_self_loops", fill_value)
+    check_finite_real("add_remaining_self_loops", "fill_value", fill_value)
     stage = _fused("add_remaining_self_loops", graph, backend)
     if stage is None or graph.is_bipartite:
         return reference.add_remaining_self_loops(graph, fill_value)

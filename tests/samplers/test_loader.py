@@ -432,21 +432,23 @@ def test_sampler_objects_and_cache_dir_are_checked_where_they_are_taken():
         compute_saint_norm(graph, SaintNodeSampler(budget=4), sample_coverage=1, norm="paper", train_mask=lonely)
 
 
-def _small_batch() -> Batch:
-    graph = graphfuse.Graph(torch.tensor([[0, 1, 2], [1, 2, 0]]), num_nodes=3,
-                            edge_weight=torch.tensor([0.5, 1.0, 2.0]))
-    return Batch(graph=graph, n_id=torch.arange(3), e_id=torch.arange(3), x=torch.zeros(3, 2), y=torch.zeros(3),
-                 batch=torch.tensor([0, 0, 1]), input_id=torch.tensor([4, 7]), batch_size=2)
+def _full_batch() -> Batch:
+    graph = graphfuse.Graph(torch.tensor([[1, 2, 0], [0, 0, 1]]), num_nodes=3, edge_weight=torch.tensor([0.5, 1.0, 2.0]))
+    return Batch(graph=graph, n_id=torch.tensor([7, 3, 9]), e_id=torch.tensor([4, 0, 2]), x=torch.randn(3, 2),
+                 y=torch.tensor([1, 0, 1]), node_data={"train_mask": torch.tensor([True, False, True])},
+                 batch_size=2, node_norm=torch.tensor([0.1, 0.2, 0.3]), edge_norm=torch.tensor([1.0, 2.0, 3.0]),
+                 num_sampled_nodes=(2, 1), num_sampled_edges=(3,), batch=torch.tensor([0, 1, 0]),
+                 input_id=torch.tensor([5, 6]))
 
 
 def test_batch_to_moves_every_tensor():
-    moved = _small_batch().to("meta")
+    moved = _full_batch().to("meta")
     for name in ("n_id", "e_id", "x", "y", "batch", "input_id"):
         assert getattr(moved, name).device.type == "meta", name
 
 
 def test_to_pyg_keeps_edge_weights():
-    batch = _small_batch()
+    batch = _full_batch()
     data = batch.to_pyg()
     assert torch.equal(data.edge_weight, batch.graph.edge_weight)
 
@@ -477,15 +479,6 @@ def test_argument_types_get_type_errors():
         NeighborLoader(graph, [2], x=np.ones((graph.num_nodes, 2)))
     with pytest.raises(TypeError, match="NeighborSampler: num_neighbors must be a sequence of ints .*got '15,10'"):
         NeighborLoader(graph, "15,10")
-
-
-def _full_batch() -> Batch:
-    graph = graphfuse.Graph(torch.tensor([[1, 2, 0], [0, 0, 1]]), num_nodes=3, edge_weight=torch.tensor([0.5, 1.0, 2.0]))
-    return Batch(graph=graph, n_id=torch.tensor([7, 3, 9]), e_id=torch.tensor([4, 0, 2]), x=torch.randn(3, 2),
-                 y=torch.tensor([1, 0, 1]), node_data={"train_mask": torch.tensor([True, False, True])},
-                 batch_size=2, node_norm=torch.tensor([0.1, 0.2, 0.3]), edge_norm=torch.tensor([1.0, 2.0, 3.0]),
-                 num_sampled_nodes=(2, 1), num_sampled_edges=(3,), batch=torch.tensor([0, 1, 0]),
-                 input_id=torch.tensor([5, 6]))
 
 
 def test_batch_to_keeps_every_field():

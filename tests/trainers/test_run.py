@@ -93,7 +93,7 @@ def test_a_fresh_run_removes_only_checkpoints_from_the_checkpoints_folder(tiny, 
     assert (folder / "notes.txt").read_text() == "mine" and (folder / "last.ckpt").is_file()
     (folder / "notes.txt").unlink()
     (folder / "notes").mkdir()  # refused before the data is built, naming a free folder
-    import graphfuse.trainers.run as run_module
+    from graphfuse.trainers import run as run_module
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(run_module, "build_dataset", lambda *a: pytest.fail("built before the refusal"))

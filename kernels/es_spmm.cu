@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(256) es_spmm(
         for (int i = 0; i < VEC; ++i) {
           const T m = WEIGHTED ? w * v[i] : v[i];
           if (EXTREMUM) {
-            acc[f][i] = gf_better<T, REDUCE>(m, acc[f][i]) ? m : acc[f][i];
+            acc[f][i] = gf_pick<T, REDUCE>(acc[f][i], m);
           } else {
             acc[f][i] += m;
           }

@@ -54,11 +54,8 @@ __global__ void __launch_bounds__(256) gar_forward(
         for (int i = 0; i < VEC; ++i) {
           const T wi = (WMODE == GF_W_HEAD) ? val[j * H + (k + i) / C] : w;
           const T m = wi * v[i];
-          if (EXTREMUM) {  // the first message is taken even at -inf (max) / +inf (min)
-            if (arg[f][i] < 0 || gf_better<T, REDUCE>(m, acc[f][i])) {
-              acc[f][i] = m;
-              arg[f][i] = j;
-            }
+          if (EXTREMUM) {
+            gf_step<T, REDUCE>(m, j, acc[f][i], arg[f][i]);
           } else {
             acc[f][i] += m;
           }
@@ -73,7 +70,8 @@ __global__ void __launch_bounds__(256) gar_forward(
     for (int i = 0; i < VEC; ++i) {
       const int t = (f * GROUP + gl) * VEC + i;
       red[slot * TILE + t] = acc[f][i];
-      if (EXTREMUM) red_arg[slot * TILE + t] = arg[f][i];
+      // no message of a non-empty chunk beat the identity: its first entry (gf_step); -1 still marks an empty one
+      if (EXTREMUM) red_arg[slot * TILE + t] = (arg[f][i] < 0 && je > jb) ? jb : arg[f][i];
     }
   __syncthreads();
   for (int t = threadIdx.x; t < TILE; t += blockDim.x) {
@@ -85,10 +83,7 @@ __global__ void __launch_bounds__(256) gar_forward(
       const T v = red[sl * TILE + t];
       if (EXTREMUM) {
         const i64 vi = red_arg[sl * TILE + t];
-        if (vi >= 0 && (ai < 0 || gf_better<T, REDUCE>(v, a))) {
-          a = v;
-          ai = vi;
-        }
+        if (vi >= 0) gf_take<T, REDUCE>(v, vi, a, ai);
       } else {
         a += v;
       }

@@ -53,10 +53,7 @@ __device__ __forceinline__ void gespmm_fold(const T* __restrict__ part, const i6
         for (int i = 0; i < VEC; ++i) {
           if (EXTREMUM) {
             const i64 pa = TRACK ? __ldcg(part_arg + p * K + k + i) : 0;
-            if (pa >= 0 && (arg[f][i] < 0 || gf_better<T, REDUCE>(v[i], acc[f][i]))) {
-              acc[f][i] = v[i];
-              arg[f][i] = pa;
-            }
+            if (pa >= 0) gf_take<T, REDUCE>(v[i], pa, acc[f][i], arg[f][i]);
           } else {
             acc[f][i] += v[i];
           }
@@ -141,13 +138,10 @@ __global__ void __launch_bounds__(256) gespmm_rows(
             if (WMODE == GF_W_HEAD) wi = val[(j0 + t) * H + (k + i) / C];
             T m = wi * v[i];
             if (ARGMASK && gather_arg[(i64)c * K + k + i] != e) m = T(0);
-            if (EXTREMUM && TRACK) {  // the first message is taken even at -inf (max) / +inf (min)
-              if (arg[f][i] < 0 || gf_better<T, REDUCE>(m, acc[f][i])) {
-                acc[f][i] = m;
-                arg[f][i] = j0 + t;
-              }
+            if (EXTREMUM && TRACK) {
+              gf_step<T, REDUCE>(m, j0 + t, acc[f][i], arg[f][i]);
             } else if (EXTREMUM) {  // branch-free when no argument is needed (inference)
-              acc[f][i] = gf_better<T, REDUCE>(m, acc[f][i]) ? m : acc[f][i];
+              acc[f][i] = gf_pick<T, REDUCE>(acc[f][i], m);
             } else {
               acc[f][i] += m;
             }
@@ -174,7 +168,8 @@ __global__ void __launch_bounds__(256) gespmm_rows(
 #pragma unroll
     for (int i = 0; i < VEC; ++i) {
       if (!EXTREMUM) acc[f][i] *= scale;
-      else if (TRACK ? arg[f][i] < 0 : end == beg) acc[f][i] = T(0);  // empty row: 0
+      else if (end == beg) acc[f][i] = T(0);  // empty row: 0
+      else if (TRACK && arg[f][i] < 0) arg[f][i] = beg;  // no message beat the identity: the first (gf_step)
     }
   gespmm_store<T, EXTREMUM && TRACK, VEC, CF, GROUP>(acc, arg, dst, dst_arg, k_base, gl, K);
   // A split row of nseg segments, which wrote workspace rows p0 .. p0 + nseg - 1 (this one is segment

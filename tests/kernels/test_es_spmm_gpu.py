@@ -112,6 +112,25 @@ def test_es_spmm_matches_sampled_aggregate(case, strategy, reduce, width, dtype)
             assert_close(out, ref, scale, f"k={k} weighted={weighted}")
 
 
+@pytest.mark.parametrize("width", [16, 512])
+@pytest.mark.parametrize("reduce", ["max", "min"])
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("case", ["hub", "degrees", "duplicates"])
+def test_extremum_of_nan_messages(case, strategy, reduce, width):
+    """A row whose kept messages hold a NaN is NaN there, as in the reference (the strict comparison never took
+    a NaN: such rows kept their finite extremum, all-NaN rows the identity -inf / +inf)."""
+    g = graph(case)
+    x, _, _ = inputs(case, 41, torch.float32, False)
+    x[:, 0] = float("nan")
+    x[1::3, 1:20] = float("nan")
+    sampling = EdgeSampling(width, strategy, seed=5)
+    out = run(case, x, None, width, strategy, reduce, sampling.seed).double()
+    ref = sampled_aggregate(g, x.double(), None, reduce, sampling)
+    assert ref.isnan().any() and not ref.isnan().all()
+    assert torch.equal(out.isnan(), ref.isnan())
+    assert torch.equal(out.nan_to_num(0.0), ref.nan_to_num(0.0))
+
+
 @pytest.mark.parametrize("k", [7, 64])
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("strategy", STRATEGIES)

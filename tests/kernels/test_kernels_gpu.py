@@ -194,6 +194,43 @@ def test_extremum_of_infinite_messages(backend, reduce, k, case):
     assert_close(xg.grad, ref_dx)
 
 
+def nan_features(g: graphfuse.Graph, k: int) -> torch.Tensor:
+    """Features with NaN where a row's messages are all NaN (column 0), where some are (every third source in
+    columns 1 to K/2) and where one source deep in the COO order is (column K - 1: inside a later segment of a
+    split hub row)."""
+    x, _ = inputs(g, k, torch.float32, False)
+    x[:, 0] = float("nan")
+    x[1::3, 1 : k // 2 + 1] = float("nan")
+    x[g.edge_index[0, g.num_edges * 2 // 3], k - 1] = float("nan")
+    return x
+
+
+def assert_same_with_nan(out: torch.Tensor, ref: torch.Tensor) -> None:
+    """out equals ref bit for bit (in float64), NaN where ref is NaN and nowhere else."""
+    assert torch.equal(out.double().isnan(), ref.isnan()), "NaN in other places than the reference's"
+    assert torch.equal(out.double().nan_to_num(0.0), ref.nan_to_num(0.0))
+
+
+@pytest.mark.parametrize("case", ["unsorted", "hub", "duplicates", "big_hub"])
+@pytest.mark.parametrize("k", [7, 32, 64, 602])
+@pytest.mark.parametrize("reduce", ["max", "min"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_extremum_of_nan_messages(backend, reduce, k, case):
+    """A row with a NaN message is NaN there, as in the reference (torch's amax/amin), with or without a
+    gradient and wherever the NaN falls in the row: the strict comparison never took a NaN, so rows without a
+    gradient kept their finite extremum (all-NaN rows: the identity, -inf for max), and rows with one were NaN
+    only where the NaN came first (the same forward gave other values in training and in evaluation)."""
+    g = graph(case)
+    x = nan_features(g, k)
+    with torch.no_grad():
+        plain = graphfuse.aggregate(g, x, None, reduce, backend=backend)
+    tracked = graphfuse.aggregate(g, x.clone().requires_grad_(True), None, reduce, backend=backend)
+    ref = reference.aggregate(g, x.double(), None, reduce)
+    assert ref.isnan().any() and not ref.isnan().all()
+    assert_same_with_nan(plain, ref)
+    assert_same_with_nan(tracked.detach(), ref)
+
+
 @pytest.mark.parametrize("case", ["unsorted", "bipartite", "duplicates", "single_node"])
 @pytest.mark.parametrize("k", [3, 33])
 @pytest.mark.parametrize("backend, reduce", PAIRS)

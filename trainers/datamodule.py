@@ -134,8 +134,11 @@ class FullGraphDataModule(pl.LightningDataModule):
     def test_dataloader(self) -> DataLoader:
         return self._loader()
 
+    @torch.inference_mode(False)
     def device_batch(self, device: torch.device) -> FullGraphBatch:
-        """The batch on ``device``, moved on the first call and reused after."""
+        """The batch on ``device``, moved on the first call and reused after. Built outside inference mode, so
+        that a batch first moved by ``Trainer.validate``/``test`` (which run in inference mode) can still be
+        trained on."""
         if self.batch is None:
             self.setup()
         if self._device_batch is None or self._device_batch.device != torch.device(device):

@@ -8,14 +8,17 @@ import logging
 import shutil
 from pathlib import Path
 
+import lightning.pytorch as pl
 import pytest
 import torch
 from omegaconf import OmegaConf
 
 from graphfuse.data import load_dataset
 from graphfuse.graph import cluster_order
+from graphfuse.nn.models import GCN
 from graphfuse.trainers.config import ConfigError, load_config
 from graphfuse.trainers.datamodule import FullGraphDataModule
+from graphfuse.trainers.module import NodeClassifier
 from graphfuse.trainers.run import _check_rerun, _remove_unrecorded_best, train
 
 
@@ -258,6 +261,21 @@ def test_reordered_batch_is_the_same_problem_renumbered():
         assert torch.equal(getattr(moved, name), getattr(plain, name)[order])
     src, dst = moved.graph.edge_index
     assert torch.equal(order[src], plain.graph.edge_index[0]) and torch.equal(order[dst], plain.graph.edge_index[1])
+
+
+def test_batch_first_moved_in_validate_can_be_trained_on(tmp_path):
+    """Trainer.validate before fit: the reordered batch was built and cached in inference mode, and every
+    training step then failed ("Inference tensors cannot be saved for backward")."""
+    dataset = load_dataset("synthetic", num_nodes=200, num_features=4, num_classes=3)
+    dm = FullGraphDataModule(dataset, reorder=True)
+    module = NodeClassifier(GCN(4, 8, 3), num_classes=3)
+    kw = dict(max_epochs=2, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+              enable_model_summary=False, default_root_dir=tmp_path)
+    pl.Trainer(**kw).validate(module, dm, verbose=False)
+    assert not dm.device_batch(torch.device("cpu")).x.is_inference()
+    before = [p.detach().clone() for p in module.parameters()]
+    pl.Trainer(num_sanity_val_steps=0, **kw).fit(module, dm)
+    assert any(not torch.equal(a, b) for a, b in zip(before, module.parameters()))
 
 
 def test_reorder_runs_end_to_end_and_reports_its_cost(tiny):

@@ -141,17 +141,15 @@ class SampledDataModule(FullGraphDataModule):
         return self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
 
     def build_loader(self, device: torch.device) -> SaintLoader | NeighborLoader:
-        """The training loader, sampling on ``device`` (graph, features and labels moved there)."""
-        ds = self.dataset
-        graph = Graph(ds.edge_index, num_nodes=ds.num_nodes).to(device)
-        train_mask = ds.train_mask.to(device)
-        x, y = ds.x.to(device), ds.y.to(device)
+        """The training loader, sampling on ``device`` from the full-graph batch that validation and test use
+        there (one copy of the edges and their formats on the device, not one per loop)."""
+        batch = self.device_batch(device)
+        graph, train_mask, x, y = batch.graph, batch.train_mask, batch.x, batch.y
         if self.sampler == "neighbor":
             return NeighborLoader(graph, input_nodes=train_mask, x=x, y=y, seed=self.seed, **self.loader_args)
-        if self.mean_weights:
-            paper = self.loader_args.get("norm") == "paper"
-            weight = training_mean_edge_weight(graph, train_mask) if paper else mean_edge_weight(graph)
-            graph = Graph(graph.edge_index, num_nodes=graph.num_nodes, edge_weight=weight, validate=False)
+        if self.mean_weights and self.loader_args.get("norm") == "paper":  # else the batch's mean weights
+            graph = Graph(graph.edge_index, num_nodes=graph.num_nodes, validate=False,
+                          edge_weight=training_mean_edge_weight(graph, train_mask))
         sampler = SAINT_SAMPLERS[self.sampler](**self.sampler_args)
         return SaintLoader(graph, sampler, x=x, y=y, node_data={"train_mask": train_mask}, seed=self.seed,
                            cache_dir=self.cache_dir, **self.loader_args)

@@ -319,6 +319,26 @@ def test_paper_norm_trains_on_training_subgraph_weights(tmp_path):
     assert torch.equal(loader.graph.edge_weight, training_mean_edge_weight(graph, ds.train_mask))
 
 
+@pytest.mark.parametrize("sampler, sampler_args, loader_args, mean_weights", [
+    ("neighbor", {}, {"num_neighbors": [2]}, False),
+    ("saint_node", {"budget": 30}, {"num_steps": 2}, False),
+    ("saint_node", {"budget": 30}, {"num_steps": 2}, True),
+    ("saint_node", {"budget": 30}, {"num_steps": 2, "sample_coverage": 2, "norm": "paper"}, True),
+])
+def test_the_loader_samples_from_the_evaluation_graph(sampler, sampler_args, loader_args, mean_weights, tmp_path):
+    """One copy of the edges and their formats on the training device (the loader had its own Graph: a second
+    device copy of edge_index and of every format built on it, ~41 bytes per edge); paper weights, which
+    differ, make a Graph over the same edge_index."""
+    dm = SampledDataModule(_synthetic(), sampler, sampler_args, loader_args, mean_weights=mean_weights,
+                           cache_dir=tmp_path)
+    loader = dm.build_loader(torch.device("cpu"))
+    batch = dm.device_batch(torch.device("cpu"))
+    if loader_args.get("norm") == "paper":
+        assert loader.graph is not batch.graph and loader.graph.edge_index is batch.graph.edge_index
+    else:
+        assert loader.graph is batch.graph
+
+
 def test_neighbour_batches_refuse_mean_weights():
     with pytest.raises(ValueError, match="mean_weights does not apply to neighbour batches"):
         SampledDataModule(_synthetic(), "neighbor", loader_args={"num_neighbors": [2]}, mean_weights=True)

@@ -39,6 +39,7 @@ import json
 import logging
 import math
 import os
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -61,6 +62,10 @@ _MAX_CANDIDATES = 1 << 26
 _MAX_CHUNK = 1024
 _BITMASK_GROUPS = 63
 _EDGE_BLOCK = 1 << 25
+# The on-disk cache's version, part of its key: raise it whenever the counting or the coefficients change, so that
+# files written by an earlier graphfuse are not reused (1: the first versioned files).
+CACHE_VERSION = 1
+_STORED = ("node_norm", "edge_norm", "node_count", "edge_count", "num_samples", "norm")
 # Elementwise passes per candidate edge ("candidates") and per edge and chunk of 63 subgraphs ("bitmask").
 _CANDIDATE_COST = 12
 _BITMASK_COST = 20
@@ -307,6 +312,7 @@ def saint_norm_from_counts(
 def _cache_path(cache_dir: str | os.PathLike, graph: Graph, sampler, sample_coverage: float, norm: str,
                 train_mask: Tensor | None, seed: int) -> tuple[Path, dict]:
     key = {
+        "version": CACHE_VERSION,
         "graph": graph_fingerprint(graph),
         "sampler": sampler.name,
         "params": dataclasses.asdict(sampler),
@@ -317,6 +323,40 @@ def _cache_path(cache_dir: str | os.PathLike, graph: Graph, sampler, sample_cove
     }
     digest = hashlib.blake2b(json.dumps(key, sort_keys=True).encode(), digest_size=12).hexdigest()
     return Path(cache_dir).expanduser() / f"{sampler.name}_{norm}_{digest}.pt", key
+
+
+def _load_cached(path: Path, key: dict, graph: Graph) -> SaintNorm | None:
+    """The coefficients cached at ``path`` when the file is readable and was written for ``key`` with one
+    coefficient per node and edge of ``graph``; else None (logged), and the caller computes them again and
+    overwrites the file."""
+    try:
+        stored = torch.load(path, map_location=graph.device, weights_only=True)
+    except (OSError, RuntimeError, EOFError, KeyError, ValueError, pickle.UnpicklingError):
+        # torch's legacy reader raises KeyError or ValueError on a file that is no torch file at all
+        logger.warning("GraphSAINT normalisation: ignoring unreadable cache %s", path)
+        return None
+    if (not isinstance(stored, dict) or stored.get("key") != json.dumps(key, sort_keys=True)
+            or not set(_STORED) <= stored.keys()
+            or tuple(stored["node_norm"].shape) != (graph.num_nodes,)
+            or tuple(stored["edge_norm"].shape) != (graph.num_edges,)):
+        logger.warning("GraphSAINT normalisation: ignoring cache %s, written for other settings", path)
+        return None
+    logger.info("GraphSAINT normalisation loaded from %s", path)
+    return SaintNorm(**{k: stored[k] for k in _STORED})
+
+
+def _save_cached(path: Path, key: dict, result: SaintNorm, device: torch.device) -> None:
+    """Write ``result`` to ``path`` atomically (a temporary file renamed over it, removed if the write fails)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stored = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)}
+    stored = {k: v.cpu() if isinstance(v, Tensor) else v for k, v in stored.items()}
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    try:
+        torch.save({**stored, "key": json.dumps(key, sort_keys=True), "device": str(device)}, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    logger.info("GraphSAINT normalisation (%d subgraphs) cached in %s", result.num_samples, path)
 
 
 def presampling_seed(seed: int) -> int:
@@ -373,11 +413,9 @@ def compute_saint_norm(
     if cache_dir is not None:
         check_outside_mirror(cache_dir, "compute_saint_norm: cache_dir", "choose a cache_dir outside it")
         path, key = _cache_path(cache_dir, graph, sampler, sample_coverage, norm, train_mask, seed)
-        if path.exists():
-            stored = torch.load(path, map_location=graph.device, weights_only=True)
-            logger.info("GraphSAINT normalisation loaded from %s", path)
-            return SaintNorm(**{k: stored[k] for k in ("node_norm", "edge_norm", "node_count", "edge_count",
-                                                       "num_samples", "norm")})
+        cached = _load_cached(path, key, graph) if path.exists() else None
+        if cached is not None:
+            return cached
     generator = torch.Generator(device=graph.device).manual_seed(seed)
     if norm == "pyg":
         node_count, edge_count, num_samples = count_saint_samples(graph, sampler, sample_coverage, generator)
@@ -391,11 +429,5 @@ def compute_saint_norm(
         num_samples = counts[2]
     result = saint_norm_from_counts(graph, node_count, edge_count, num_samples, norm, train_mask)
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        stored = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)}
-        stored = {k: v.cpu() if isinstance(v, Tensor) else v for k, v in stored.items()}
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        torch.save({**stored, "key": json.dumps(key, sort_keys=True), "device": str(graph.device)}, tmp)
-        os.replace(tmp, path)
-        logger.info("GraphSAINT normalisation (%d subgraphs) cached in %s", num_samples, path)
+        _save_cached(path, key, result, graph.device)
     return result

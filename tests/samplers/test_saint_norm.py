@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
@@ -161,6 +163,56 @@ def test_cache_hit_skips_pre_sampling(tmp_path, monkeypatch, device):
     compute_saint_norm(graph, sampler, sample_coverage=5, norm="paper", train_mask=first, cache_dir=tmp_path)
     sn = compute_saint_norm(graph, sampler, sample_coverage=5, norm="paper", train_mask=other, cache_dir=tmp_path)
     assert bool((sn.node_norm[~other] == 0).all())
+
+
+@pytest.mark.parametrize("damage", ["garbage", "other_key", "other_version", "short"])
+def test_a_damaged_or_foreign_cache_file_is_computed_again(tmp_path, caplog, damage):
+    """An unreadable file failed every later run until deleted by hand; a file written for other settings
+    (another key, an older CACHE_VERSION, or the wrong number of coefficients) was returned as is."""
+    graph = make_graph_case("hub")
+    sampler = SaintRandomWalkSampler(roots=8, walk_length=2)
+    want = compute_saint_norm(graph, sampler, sample_coverage=5, seed=3, cache_dir=tmp_path)
+    (path,) = tmp_path.iterdir()
+    stored = torch.load(path, weights_only=True)
+    if damage == "garbage":
+        path.write_bytes(b"not a torch file")
+    elif damage == "other_key":
+        torch.save({**stored, "key": stored["key"].replace('"seed": 3', '"seed": 4')}, path)
+    elif damage == "other_version":
+        version = f'"version": {saint_norm_module.CACHE_VERSION}'
+        assert version in stored["key"]
+        torch.save({**stored, "key": stored["key"].replace(version, '"version": 0')}, path)
+    else:
+        torch.save({**stored, "node_norm": stored["node_norm"][:-1]}, path)
+    with caplog.at_level(logging.WARNING, logger=saint_norm_module.__name__):
+        got = compute_saint_norm(graph, sampler, sample_coverage=5, seed=3, cache_dir=tmp_path)
+    assert "ignoring" in caplog.text
+    assert torch.equal(got.node_norm, want.node_norm) and torch.equal(got.edge_norm, want.edge_norm)
+    assert [f.name for f in tmp_path.iterdir()] == [path.name]  # rewritten, no temporary file left
+    assert torch.equal(torch.load(path, weights_only=True)["node_norm"], want.node_norm)
+
+
+def test_the_cache_key_holds_the_version(tmp_path, monkeypatch):
+    graph = make_graph_case("hub")
+    sampler = SaintRandomWalkSampler(roots=8, walk_length=2)
+    compute_saint_norm(graph, sampler, sample_coverage=2, seed=3, cache_dir=tmp_path)
+    monkeypatch.setattr(saint_norm_module, "CACHE_VERSION", saint_norm_module.CACHE_VERSION + 1)
+    compute_saint_norm(graph, sampler, sample_coverage=2, seed=3, cache_dir=tmp_path)
+    assert len(list(tmp_path.iterdir())) == 2
+
+
+def test_a_failed_cache_write_leaves_no_temporary_file(tmp_path, monkeypatch):
+    graph = make_graph_case("hub")
+
+    def fail(obj, f):
+        Path(f).write_bytes(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(saint_norm_module.torch, "save", fail)
+    with pytest.raises(OSError, match="disk full"):
+        compute_saint_norm(graph, SaintRandomWalkSampler(roots=8, walk_length=2), sample_coverage=2,
+                           cache_dir=tmp_path)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_cache_dir_inside_the_mirror_is_refused(tmp_path, monkeypatch):

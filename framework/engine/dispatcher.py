@@ -14,6 +14,7 @@ atomics there, or PyTorch ops only while that flag is on without ``warn_only`` (
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
@@ -64,7 +65,8 @@ class Backend:
 
 _REGISTRY: dict[str, Backend] = {}
 _BY_PRIORITY: list[Backend] = []  # _REGISTRY's values, highest priority first ("auto" walks this)
-_default_backend = "auto"
+_default_backend = "auto"  # the process's (set_default_backend)
+_block_backend: contextvars.ContextVar[str | None] = contextvars.ContextVar("graphfuse_backend", default=None)
 _generation = 0  # bumped by every (un)registration: part of resolve_cached's keys
 
 
@@ -123,25 +125,30 @@ def _check_device(op: str, backend: Backend, device: torch.device) -> None:
 
 
 def set_default_backend(name: str) -> None:
-    """Backend used when a call passes ``backend=None`` (``"auto"`` unless changed)."""
+    """Backend used when a call passes ``backend=None`` (``"auto"`` unless changed), in every thread (a
+    :func:`use_backend` block overrides it in its own thread)."""
     global _default_backend
     check_backend("set_default_backend", name, "name")
     _default_backend = name
 
 
 def get_default_backend() -> str:
-    return _default_backend
+    """The backend a call with ``backend=None`` asks for here: the enclosing :func:`use_backend` block's, else the
+    process's."""
+    return _block_backend.get() or _default_backend
 
 
 @contextlib.contextmanager
 def use_backend(name: str) -> Iterator[None]:
-    """Context manager: make ``name`` the default backend inside the block."""
-    previous = _default_backend
-    set_default_backend(name)
+    """Context manager: make ``name`` the default backend inside the block. The setting is per thread (and
+    asyncio task), as ``torch.no_grad``: another thread's calls keep theirs (the block had set the process's
+    default, which threads' overlapping blocks then restored out of order)."""
+    check_backend("use_backend", name, "name")
+    token = _block_backend.set(name)
     try:
         yield
     finally:
-        set_default_backend(previous)
+        _block_backend.reset(token)
 
 
 def resolve(
@@ -158,7 +165,7 @@ def resolve(
 
 def _choose(op: str, device: torch.device, backend: str | None, deterministic: bool | None, **call: Any) -> Backend:
     """The backend that runs ``op`` (see :func:`resolve`)."""
-    name = _default_backend if backend is None else backend
+    name = get_default_backend() if backend is None else backend
     _check_name(op, name)
     # torch.use_deterministic_algorithms(True, warn_only=True), e.g. Lightning's deterministic="warn", with no
     # deterministic= of the call's own: a call no deterministic backend runs warns and runs, as PyTorch's ops do
@@ -242,7 +249,7 @@ def resolve_cached(cache: dict, signature: tuple, op: str, device: torch.device,
         deterministic = torch_flag
     elif deterministic.__class__ is not bool:
         _deterministic_type_error(op, deterministic)
-    key = (op, _generation, _default_backend if backend is None else backend, deterministic, requested is None,
+    key = (op, _generation, get_default_backend() if backend is None else backend, deterministic, requested is None,
            torch_flag, torch.is_deterministic_algorithms_warn_only_enabled(), signature)
     impl = cache.get(key)
     if impl is None:

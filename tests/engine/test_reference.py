@@ -1,5 +1,7 @@
 """Reference engine against dense-matrix math, gradcheck, validation errors and backend dispatch."""
 
+import threading
+
 import pytest
 import torch
 
@@ -358,6 +360,40 @@ def test_use_backend_restores_the_default_when_its_block_raises():
         assert graphfuse.engine.get_default_backend() == "reference"
         raise RuntimeError("boom")
     assert graphfuse.engine.get_default_backend() == "auto"
+
+
+def test_use_backend_is_per_thread():
+    """use_backend set the process's default: another thread's calls ran on the block's backend, and two
+    threads' overlapping blocks restored each other's previous value out of order (the default stayed
+    "reference" after both ended). Now as torch.no_grad: per thread; set_default_backend stays process-wide."""
+    entered, release = threading.Event(), threading.Event()
+    seen = {}
+
+    def other():
+        with graphfuse.use_backend("reference"):
+            entered.set()
+            release.wait(5)
+        seen["after"] = graphfuse.engine.get_default_backend()
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    assert entered.wait(5)
+    seen["main, during"] = graphfuse.engine.get_default_backend()
+    with graphfuse.use_backend("reference"):
+        release.set()
+        thread.join(5)
+    assert seen == {"main, during": "auto", "after": "auto"}
+    assert graphfuse.engine.get_default_backend() == "auto"
+    with pytest.raises(ValueError, match="use_backend: unknown backend 'nope'"), graphfuse.use_backend("nope"):
+        pass
+    graphfuse.set_default_backend("reference")
+    try:
+        thread = threading.Thread(target=lambda: seen.update(process=graphfuse.engine.get_default_backend()))
+        thread.start()
+        thread.join(5)
+        assert seen["process"] == "reference"
+    finally:
+        graphfuse.set_default_backend("auto")
 
 
 def test_the_memo_follows_torch_warn_only_flag():

@@ -12,6 +12,7 @@ Shapes:
 from __future__ import annotations
 
 import functools
+import threading
 from typing import NamedTuple
 
 import torch
@@ -155,6 +156,10 @@ class GespmmPlan(rt.Plan):
                                      family=family)
         self.tiles = grid[1]
         self.workspaces: dict[int, tuple] = {}  # stream handle → (counters or None, partials or None)
+        # A stream's kept partials are shared by every host thread launching there (PyTorch's default stream: all
+        # of them): the row kernel and gespmm_combine of one call are enqueued together, so that no other thread's
+        # row kernel overwrites the partials between them.
+        self.launching = threading.Lock()
 
     def __call__(self, x: Tensor, values: Tensor | None = None, edge_id: Tensor | None = None,
                  gather_arg: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
@@ -211,12 +216,13 @@ class GespmmPlan(rt.Plan):
     def _launch(self, x: Tensor, values: Tensor | None, edge_id: Tensor | None, gather_arg: Tensor | None,
                 out: Tensor, arg: Tensor | None) -> tuple[Tensor, Tensor | None]:
         alive, work = self._workspace() if self.split else (None, NO_WORKSPACE)  # alive: the workspace's tensors
-        self.rows(*self.structure, rt.ptr(values), rt.ptr(edge_id), rt.ptr(gather_arg), x.data_ptr(), out.data_ptr(),
-                  rt.ptr(arg), *work, *self.sizes)
-        if self.combine is not None:
-            schedule = self.schedule
-            self.combine(rt.ptr(schedule.long_rows), rt.ptr(schedule.long_ptr), rt.ptr(self.rowptr), work[0], work[1],
-                         out.data_ptr(), rt.ptr(arg), self.k)
+        with self.launching:
+            self.rows(*self.structure, rt.ptr(values), rt.ptr(edge_id), rt.ptr(gather_arg), x.data_ptr(),
+                      out.data_ptr(), rt.ptr(arg), *work, *self.sizes)
+            if self.combine is not None:
+                schedule = self.schedule
+                self.combine(rt.ptr(schedule.long_rows), rt.ptr(schedule.long_ptr), rt.ptr(self.rowptr), work[0],
+                             work[1], out.data_ptr(), rt.ptr(arg), self.k)
         return out, arg
 
 

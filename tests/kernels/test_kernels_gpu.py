@@ -5,6 +5,8 @@ determinism of gespmm and gar; sddmm, edge softmax, the launchers' extras and th
 from __future__ import annotations
 
 import functools
+import sys
+import threading
 
 import pytest
 import torch
@@ -476,6 +478,37 @@ def test_gespmm_split_rows_fold_again_and_on_another_stream(k, reduce, in_kernel
         other = plan(x, wv)
     torch.cuda.current_stream().wait_stream(side)
     assert torch.equal(other[0], out) and len(plan.workspaces) == 2
+
+
+def test_gespmm_split_rows_from_two_threads_on_one_stream(monkeypatch):
+    """Two host threads on PyTorch's default stream share the plan's kept partials there: another thread's row
+    kernel enqueued between a call's row kernel and its gespmm_combine overwrote the partials that combine then
+    folded (found by the memory review). Frequent thread switches make that interleaving likely."""
+    monkeypatch.setattr(spmm_kernels, "FOLD_MAX_PARTIALS", 0)
+    g = graph("big_hub")
+    plan = spmm_kernels.GespmmPlan(g.csr.rowptr, g.csr.col.int(), k=64, dtype=torch.float32,
+                                   schedule=spmm_kernels.row_schedule(g.csr.rowptr, 32))
+    assert plan.combine is not None
+    xs = [torch.randn(g.num_src, 64, device="cuda", generator=torch.Generator("cuda").manual_seed(s)) for s in (1, 2)]
+    want = [plan(x)[0] for x in xs]
+    bad = []
+
+    def run(i):
+        outs = [plan(xs[i])[0] for _ in range(300)]
+        torch.cuda.synchronize()
+        bad.extend(i for out in outs if not torch.equal(out, want[i]))
+
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=run, args=(i,)) for i in (0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(previous)
+    assert not bad and len(plan.workspaces) == 1
 
 
 @pytest.mark.parametrize("in_kernel", [True, False])

@@ -4,7 +4,9 @@ A :class:`Graph` is a COO edge list plus lazily built, cached derived formats: C
 aggregation into targets reads), CSC by source (what the backward pass reads), the CSR→CSC edge permutation
 and degrees. A graph's edges are fixed once built (only ``edge_weight`` may be replaced): its sizes and
 ``edge_index`` cannot be reassigned, and an in-place change of the ``edge_index`` tensor (which the graph shares
-with the caller when it is int64 and contiguous) is refused at the next use of the graph's caches; everything
+with the caller when it is int64 and contiguous) is refused at the next use of the graph's caches (found through
+the tensor's version counter, as autograd finds them: a write through ``.data``, ``.numpy()`` or DLPack, or to an
+inference tensor, bumps no counter and goes unnoticed, leaving the caches stale); everything
 derived from it (formats, normalised graphs of the processing stage) is cached on it, so full-graph training
 builds each once.
 

@@ -52,7 +52,9 @@ def reference_gat_attention(graph: Graph, alpha_src: Tensor, alpha_dst: Tensor, 
                             dropout: float, training: bool, backend: str | None = None) -> Tensor:
     """LeakyReLU → edge softmax → dropout, with the engine's public ops (GATConv's original path)."""
     src, dst = graph.edge_index
-    scores = F.leaky_relu(alpha_src[src] + alpha_dst[dst], negative_slope)
+    # index_select: the backward of advanced indexing (index_put_ with accumulation) sums in a varying order on
+    # CPU, index_select's (index_add_) in a fixed one
+    scores = F.leaky_relu(alpha_src.index_select(0, src) + alpha_dst.index_select(0, dst), negative_slope)
     alpha = edge_softmax(graph, scores, backend=backend)
     return F.dropout(alpha, p=dropout, training=training)
 

@@ -73,7 +73,8 @@ def gcn_norm(graph: Graph, *, add_self_loops: bool = True, improved: bool = Fals
     weight, deg = _weighted_in_degree(graph)
     empty = deg == 0  # divide by 1 there, not 0: a learned weight's gradient would be 0 · inf = NaN (as in PyG)
     deg_inv_sqrt = deg.masked_fill(empty, 1.0).pow(-0.5).masked_fill_(empty, 0.0)
-    norm = (deg_inv_sqrt[src] * weight * deg_inv_sqrt[dst]).to(weight.dtype)
+    # index_select: advanced indexing's backward (a learned weight's, through deg) sums in a varying order on CPU
+    norm = (deg_inv_sqrt.index_select(0, src) * weight * deg_inv_sqrt.index_select(0, dst)).to(weight.dtype)
     return Graph(graph.edge_index, edge_weight=norm, num_src=graph.num_src, num_dst=graph.num_dst, validate=False)
 
 
@@ -84,7 +85,7 @@ def mean_norm(graph: Graph) -> Graph:
     weights sum to 0 (masked edges) gets 0 weights, as ``gcn_norm`` does for zero degrees.
     """
     weight, deg = _weighted_in_degree(graph)
-    deg = deg[graph.edge_index[1]]
+    deg = deg.index_select(0, graph.edge_index[1])
     empty = deg == 0  # as in gcn_norm: no 0 / 0 in the forward or the backward
     norm = (weight / deg.masked_fill(empty, 1.0)).masked_fill_(empty, 0.0).to(weight.dtype)
     return Graph(graph.edge_index, edge_weight=norm, num_src=graph.num_src, num_dst=graph.num_dst, validate=False)

@@ -312,12 +312,9 @@ def _resume_state(cfg: DictConfig, ckpt_dir: Path, resolved: dict[str, Any]) -> 
             f"trainer.resume=true: {last} was saved after {done} epochs, more than trainer.max_epochs="
             f"{cfg.trainer.max_epochs}; raise trainer.max_epochs to continue that run."
         )
-    stopper = next((state for key, state in saved.get("callbacks", {}).items() if key.startswith("EarlyStopping")),
-                   {})
-    waited = stopper.get("wait_count", 0)
-    stopped = waited >= stopper.get("patience", cfg.trainer.patience)  # that run's own patience ran out
-    if cfg.trainer.patience and stopped and waited >= cfg.trainer.patience:  # and this one's would stop it again
-        raise ConfigError(  # Lightning would run one more epoch (and more, were it better) past the stop
+    waited = _stopped_for_good(cfg, saved)
+    if waited and (ckpt_dir.parent / "metrics.json").is_file():  # finished: Lightning would train one more epoch
+        raise ConfigError(  # (and more, were it better) past the stop
             f"trainer.resume=true: the run in {last} stopped early ({waited} validation checks "
             f"without a better {MONITOR}, trainer.patience={cfg.trainer.patience}); it has nothing to continue. "
             "Raise trainer.patience (or set it to 0) to train it further, or start a fresh run."
@@ -330,6 +327,16 @@ def _resume_state(cfg: DictConfig, ckpt_dir: Path, resolved: dict[str, Any]) -> 
             "have been; start a fresh run (without trainer.resume)."
         )
     return saved
+
+
+def _stopped_for_good(cfg: DictConfig, saved: dict[str, Any]) -> int:
+    """The validation checks without improvement after which the saved run stopped early, when this run's
+    patience would stop it again (else 0): resumed, it has nothing left to train."""
+    stopper = next((state for key, state in saved.get("callbacks", {}).items() if key.startswith("EarlyStopping")),
+                   {})
+    waited = stopper.get("wait_count", 0)
+    stopped = waited >= stopper.get("patience", cfg.trainer.patience)  # that run's own patience ran out
+    return waited if cfg.trainer.patience and stopped and waited >= cfg.trainer.patience else 0
 
 
 def _run_checkpoints(ckpt_dir: Path) -> tuple[list[Path], list[Path]]:
@@ -532,6 +539,9 @@ def _fit_and_test(cfg: DictConfig, trainer: pl.Trainer, checkpoint: ModelCheckpo
         ) from None
     if saved is not None and cfg.trainer.patience:
         _seed_early_stopping(stopper, checkpoint, saved)
+    stopped = saved is not None and bool(_stopped_for_good(cfg, saved))  # killed before metrics.json was written
+    if stopped:  # nothing left to train: tests again
+        trainer.fit_loop.max_epochs = saved["epoch"] + 1
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*does not have many workers.*")
         warnings.filterwarnings("ignore", message=".*is smaller than the logging interval.*")
@@ -541,7 +551,7 @@ def _fit_and_test(cfg: DictConfig, trainer: pl.Trainer, checkpoint: ModelCheckpo
         trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume_from) if resume_from else None)
         epochs_run = trainer.current_epoch
         first_epoch = module.first_epoch if module.first_epoch is not None else epochs_run
-        stopped_early = stopper.stopped_epoch > 0  # read now: testing restores callback states from "best"
+        stopped_early = stopped or stopper.stopped_epoch > 0  # read now: testing restores callback states from "best"
         trainer.test(module, datamodule=datamodule, ckpt_path="best", verbose=False)
 
     device = trainer.strategy.root_device

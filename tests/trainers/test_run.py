@@ -84,6 +84,19 @@ def test_resuming_a_run_that_stopped_early_with_its_patience_is_refused(tiny, tm
     assert resumed["epochs_this_run"] == 1 and resumed["stopped_early"]
 
 
+def test_a_run_that_stopped_early_and_was_killed_before_its_test_is_tested_on_resume(tiny, tmp_path):
+    """Killed in the final test (no metrics.json), the run was told to resume, and the resume was refused as
+    "nothing to continue": only more patience (another result) or a fresh run got it tested."""
+    stall = [*tiny, "optim.lr=1e-30", "optim.weight_decay=0", "trainer.max_epochs=50", "trainer.patience=1"]
+    first = train(load_config(stall), verbose=False)
+    assert first["stopped_early"]
+    (tmp_path / "run" / "metrics.json").unlink()
+    resumed = train(load_config([*stall, "trainer.resume=true"]), verbose=False)
+    assert resumed["epochs_this_run"] == 0 and resumed["epochs_run"] == first["epochs_run"]
+    assert resumed["stopped_early"] and resumed["best_epoch"] == first["best_epoch"]
+    assert resumed["test"] == first["test"] and (tmp_path / "run" / "metrics.json").is_file()
+
+
 def test_a_fresh_run_removes_only_checkpoints_from_the_checkpoints_folder(tiny, tmp_path):
     """It removed the whole folder, whatever it held."""
     from graphfuse.trainers.config import ConfigError

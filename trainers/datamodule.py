@@ -123,7 +123,9 @@ class FullGraphDataModule(pl.LightningDataModule):
     def _loader(self) -> DataLoader:
         if self.batch is None:
             self.setup()
-        return DataLoader([self.batch], batch_size=None, collate_fn=_identity)
+        # a generator of its own: each iterator draws its base seed from it, not from torch's global one, whose
+        # stream (dropout) would otherwise depend on how often validation ran
+        return DataLoader([self.batch], batch_size=None, collate_fn=_identity, generator=torch.Generator())
 
     def train_dataloader(self) -> DataLoader:
         return self._loader()

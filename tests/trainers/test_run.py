@@ -303,6 +303,19 @@ def test_epoch_lines_show_val_metrics_only_where_validation_ran(tiny, capsys):
     assert len(val_acc) == 4 and val_acc[0] == val_acc[2] == "-" and "-" not in (val_acc[1], val_acc[3])
 
 
+def test_the_validation_schedule_does_not_change_training(tiny_settings, tmp_path):
+    """Each DataLoader iterator (the validation loader's too) drew its base seed from torch's global generator,
+    so dropout's draws, and the trained weights, depended on trainer.check_val_every_n_epoch."""
+    def losses(every):
+        out = tmp_path / f"every{every}"
+        train(load_config([*tiny_settings, "model.dropout=0.5", "trainer.max_epochs=4", f"output_dir={out}",
+                           f"trainer.check_val_every_n_epoch={every}"]), verbose=False)
+        with open(out / "logs" / "version_0" / "metrics.csv") as f:
+            return {int(r["epoch"]): r["train/loss"] for r in csv.DictReader(f) if r.get("train/loss")}
+
+    assert losses(1) == losses(2)
+
+
 def test_resumed_run_with_dropout_repeats_the_uninterrupted_run(tiny_settings, tmp_path):
     """The checkpoints keep torch's random state, so dropout draws after a resume are those of a straight run."""
 

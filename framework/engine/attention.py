@@ -64,6 +64,11 @@ def reference_gat_aggregate(graph: Graph, h: Tensor, alpha_src: Tensor, alpha_ds
     """:func:`reference_gat_attention`, then :func:`graphfuse.aggregate` of ``h`` with those weights (never
     edge-sampled, as the fused kernel is not: :func:`graphfuse.engine.edge_sampling.use_sampling` leaves GAT exact)."""
     alpha = reference_gat_attention(graph, alpha_src, alpha_dst, negative_slope, dropout, training, backend)
+    return _weighted_sum(graph, h, alpha, backend)
+
+
+def _weighted_sum(graph: Graph, h: Tensor, alpha: Tensor, backend: str | None) -> Tensor:
+    """``aggregate`` of ``h`` with the per-head weights ``alpha`` through engine ``backend``, never edge-sampled."""
     with use_sampling(None):
         return aggregate(graph, h, edge_weight=alpha, reduce="sum", backend=backend)
 
@@ -310,18 +315,23 @@ def gat_aggregate(
     dropout: float = 0.0,
     training: bool = False,
     backend: str | None = None,
-) -> Tensor:
+    return_attention: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
     """GAT message passing: ``out[t]^h = Σ_{e=(s→t)} alpha^h_e · h[s]^h`` with :func:`gat_attention`'s
     coefficients, without materialising per-edge feature tensors (see the module docstring).
 
     Args:
         graph, alpha_src, alpha_dst, negative_slope, dropout, training, backend: as in :func:`gat_attention`.
         h: per-head source features.
+        return_attention: also return the coefficients the sum used (after dropout). They are then computed
+            by :func:`gat_attention` as an (E, H) tensor and summed with :func:`graphfuse.aggregate`, unfused.
 
     Returns:
-        (num_dst, H, C) aggregated features.
+        (num_dst, H, C) aggregated features; with ``return_attention``, also the (E, H) coefficients in COO
+        edge order.
     """
     heads = _check("gat_aggregate", graph, alpha_src, alpha_dst, negative_slope, dropout, training)
+    check_bools("gat_aggregate", return_attention=return_attention)
     if not isinstance(h, Tensor) or not h.is_floating_point():
         raise TypeError(f"gat_aggregate: h must be a floating-point torch.Tensor; got "
                         f"{getattr(h, 'dtype', type(h).__name__)}")
@@ -330,6 +340,10 @@ def gat_aggregate(
                          f"got {tuple(h.shape)}")
     if h.device != graph.device:
         raise ValueError(f"gat_aggregate: h is on {h.device} but the graph is on {graph.device}")
+    if return_attention:
+        alpha = gat_attention(graph, alpha_src, alpha_dst, negative_slope=negative_slope, dropout=dropout,
+                              training=training, backend=backend)
+        return _weighted_sum(graph, h, alpha, None if backend == FUSED else backend), alpha
     fused = _use_fused("gat_aggregate", graph.device, alpha_src.dtype, backend)
     if backend == FUSED and h.dtype != alpha_src.dtype:
         raise TypeError(f"gat_aggregate: the fused kernel needs h and the attention scores in one dtype; got "

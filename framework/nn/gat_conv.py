@@ -32,9 +32,9 @@ class GATConv(nn.Module):
     elsewhere, whose reference aggregation of per-head weights does build one, as PyG does. Self-loops (one per node, existing ones replaced) are cached on the
     :class:`~graphfuse.Graph` under ``("add_remaining_self_loops", 1.0)``. Edge weights of the graph are
     ignored, as in PyG. Matches ``torch_geometric.nn.GATConv`` in what it offers (same parameter names, results
-    and initialisation; the arguments after ``heads`` are keyword-only). Not offered: PyG's ``edge_dim``,
-    ``fill_value``, ``residual``, lazy ``in_channels=-1``, bipartite ``(x_src, x_dst)`` inputs and
-    ``return_attention_weights``; each is refused (TypeError or ValueError), never ignored.
+    and initialisation, ``return_attention_weights`` included; the arguments after ``heads`` are keyword-only).
+    Not offered: PyG's ``edge_dim``, ``fill_value``, ``residual``, lazy ``in_channels=-1`` and bipartite
+    ``(x_src, x_dst)`` inputs; each is refused (TypeError or ValueError), never ignored.
 
     Args:
         in_channels: input width F.
@@ -49,7 +49,8 @@ class GATConv(nn.Module):
 
     Shapes:
         x: (N, in_channels); graph: Graph of N nodes or edge_index (2, E);
-        out: (N, H·C) when ``concat`` else (N, C).
+        out: (N, H·C) when ``concat`` else (N, C); with ``return_attention_weights``, also the edge_index the
+        attention ran on (2, E') (self-loops included) and its coefficients (E', H).
     """
 
     def __init__(
@@ -97,7 +98,13 @@ class GATConv(nn.Module):
         """``graph`` with exactly one self-loop per node, cached on ``graph`` (see :func:`graphfuse.graph.process_gat`)."""
         return process_gat(graph) if self.add_self_loops else graph
 
-    def forward(self, x: Tensor, graph: GraphLike) -> Tensor:
+    def forward(self, x: Tensor, graph: GraphLike,
+                return_attention_weights: bool | None = None) -> Tensor | tuple[Tensor, tuple[Tensor, Tensor]]:
+        """``return_attention_weights=True`` returns ``(out, (edge_index, alpha))`` as PyG's GATConv does: the
+        edges the attention ran on and their coefficients, after dropout when training (the ones the sum used).
+        They are computed as an (E', H) tensor and summed unfused (:func:`graphfuse.engine.gat_aggregate`)."""
+        if return_attention_weights is not None:
+            check_bools("GATConv", return_attention_weights=return_attention_weights)
         check_features("GATConv", x, self.in_channels, self.lin.weight.dtype)
         graph = self.with_self_loops(unweighted(as_graph("GATConv", x, graph, square=True)))
         h = self.lin(x).view(-1, self.heads, self.out_channels)
@@ -107,9 +114,12 @@ class GATConv(nn.Module):
         alpha_src, alpha_dst = gat_scores(h.to(scores_dtype), self.att_src.to(scores_dtype),
                                           self.att_dst.to(scores_dtype), backend=self.backend)
         out = gat_aggregate(graph, h, alpha_src, alpha_dst, negative_slope=self.negative_slope,
-                            dropout=self.dropout, training=self.training, backend=self.backend)
+                            dropout=self.dropout, training=self.training, backend=self.backend,
+                            return_attention=bool(return_attention_weights))
+        out, alpha = out if return_attention_weights else (out, None)
         out = out.reshape(-1, self.heads * self.out_channels) if self.concat else out.mean(dim=1)
-        return out if self.bias is None else out + self.bias
+        out = out if self.bias is None else out + self.bias
+        return (out, (graph.edge_index, alpha)) if return_attention_weights else out
 
     def extra_repr(self) -> str:
         return (f"{self.in_channels}, {self.out_channels}, heads={self.heads}, concat={self.concat}, "

@@ -10,7 +10,14 @@ from graphfuse.checks import check_bools
 from graphfuse.engine import aggregate
 from graphfuse.graph import Graph, process_gcn
 from graphfuse.nn.inits import glorot_
-from graphfuse.nn.inputs import GraphLike, as_graph, check_features, check_layer_backend, check_positive_ints
+from graphfuse.nn.inputs import (
+    GraphLike,
+    as_graph,
+    check_features,
+    check_layer_backend,
+    check_positive_ints,
+    with_edge_weight,
+)
 
 
 class GCNConv(nn.Module):
@@ -19,12 +26,12 @@ class GCNConv(nn.Module):
     ``D`` holds the (weighted) in-degrees of ``A + I``. The linear map runs first (it usually shrinks the
     width), then :func:`graphfuse.aggregate` sums the normalised neighbours. The normalised graph comes from
     :func:`graphfuse.gcn_norm` and is cached on the :class:`~graphfuse.Graph` under
-    ``("gcn_norm", add_self_loops, improved)``, so full-graph training builds it once; an edge_index input is
-    wrapped in a fresh Graph (and normalised) on every call, and so are learned edge weights (a Graph whose
-    ``edge_weight`` requires grad), whose gradient flows through the normalisation. Matches
-    ``torch_geometric.nn.GCNConv`` in what it offers (arguments after ``out_channels`` keyword-only; caching is
-    per Graph, so PyG's ``cached`` is not needed, and ``normalize=False`` and lazy ``in_channels=-1`` are not
-    offered).
+    ``("gcn_norm", add_self_loops, improved)``, so full-graph training builds it once; an edge_index input, or
+    a call given ``edge_weight``, is wrapped in a fresh Graph and normalised on every call, and so are learned
+    edge weights (a Graph whose ``edge_weight`` requires grad), whose gradient flows through the normalisation.
+    Matches ``torch_geometric.nn.GCNConv`` in what it offers, ``forward(x, edge_index, edge_weight)`` included
+    (arguments after ``out_channels`` keyword-only; caching is per Graph, so PyG's ``cached`` is not needed, and
+    ``normalize=False`` and lazy ``in_channels=-1`` are not offered).
 
     Args:
         in_channels: input width F.
@@ -41,7 +48,7 @@ class GCNConv(nn.Module):
 
     Shapes:
         x: (N, in_channels); graph: Graph of N nodes (weighted or not) or edge_index (2, E);
-        out: (N, out_channels).
+        edge_weight: (E,) or None; out: (N, out_channels).
     """
 
     def __init__(
@@ -84,9 +91,14 @@ class GCNConv(nn.Module):
                 edge_weight=torch.ones(graph.num_edges, dtype=dtype, device=graph.device)))
         return process_gcn(graph, add_self_loops=self.add_self_loops, improved=self.improved)
 
-    def forward(self, x: Tensor, graph: GraphLike) -> Tensor:
+    def forward(self, x: Tensor, graph: GraphLike, edge_weight: Tensor | None = None) -> Tensor:
+        """``edge_weight``: the edges' weights for this call, as PyG's ``GCNConv(x, edge_index, edge_weight)``; they
+        take the place of a Graph's own weights (None: the Graph's, or 1 for an edge_index)."""
         check_features("GCNConv", x, self.in_channels, self.lin.weight.dtype)
-        graph = self.normalized(as_graph("GCNConv", x, graph, square=True), x.dtype)
+        graph = as_graph("GCNConv", x, graph, square=True)
+        if edge_weight is not None:
+            graph = with_edge_weight("GCNConv", graph, edge_weight)
+        graph = self.normalized(graph, x.dtype)
         out = aggregate(graph, self.lin(x), reduce="sum", backend=self.backend)
         return out if self.bias is None else out + self.bias
 

@@ -75,6 +75,21 @@ def as_graph(owner: str, x: Tensor, graph: Any, *, square: bool = False) -> Grap
     return graph
 
 
+def with_edge_weight(owner: str, graph: Graph, edge_weight: Any) -> Graph:
+    """``graph``'s edges with ``edge_weight`` in place of its own weights: a layer's per-call ``edge_weight``
+    argument, as PyG's. A new Graph, so what it caches (formats, normalisation) is built per call, as for an
+    edge_index input; a Graph that holds its weights keeps them cached across calls.
+
+    Raises:
+        TypeError, ValueError: ``edge_weight`` is not a floating-point (E,) tensor on the graph's device.
+    """
+    try:
+        return Graph(graph.edge_index, num_src=graph.num_src, num_dst=graph.num_dst, edge_weight=edge_weight,
+                     validate=False)  # the edges were checked when ``graph`` was built
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"{owner}: {err}") from None
+
+
 def check_positive_ints(owner: str, **values: int) -> None:
     """Raise ValueError naming the first of ``values`` (channel widths, head counts) that is not an int >= 1
     (any integral type, e.g. a NumPy integer; a bool is not a width)."""

@@ -58,6 +58,22 @@ def test_reference_dropout_uses_torch_rng():
     assert torch.equal(gat_attention(g, a_src, a_dst, dropout=0.5, training=False), gat_attention(g, a_src, a_dst))
 
 
+def test_aggregate_returns_the_attention_it_summed():
+    """``return_attention=True``: the coefficients after dropout (torch's stream, as gat_attention draws them)
+    and the sum taken with exactly those; the output equals the call without it."""
+    g, h, a_src, a_dst = attention_inputs("duplicates_loops", 3, 4, torch.float64)
+    torch.manual_seed(3)
+    out, alpha = gat_aggregate(g, h, a_src, a_dst, dropout=0.5, training=True, return_attention=True)
+    torch.manual_seed(3)
+    assert torch.equal(alpha, gat_attention(g, a_src, a_dst, dropout=0.5, training=True))
+    assert (alpha == 0).any()
+    assert torch.equal(out, graphfuse.aggregate(g, h, edge_weight=alpha))
+    plain, alpha = gat_aggregate(g, h, a_src, a_dst, return_attention=True)
+    assert torch.equal(plain, gat_aggregate(g, h, a_src, a_dst)) and torch.equal(alpha, gat_attention(g, a_src, a_dst))
+    with pytest.raises(TypeError, match="gat_aggregate: return_attention must be a bool; got 1"):
+        gat_aggregate(g, h, a_src, a_dst, return_attention=1)
+
+
 def test_reference_gradcheck():
     g, h, a_src, a_dst = attention_inputs("isolated", 2, 3, torch.float64)
     args = [t.clone().requires_grad_(True) for t in (h, a_src, a_dst)]
@@ -232,6 +248,34 @@ def test_fused_aggregate_matches_reference(name, heads, dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("backend", [None, "fused", "gespmm"])
+def test_aggregate_with_attention_on_cuda_matches_reference(name, backend):
+    """``return_attention=True`` on CUDA (fused attention, then the engine's per-head aggregation): output,
+    coefficients and the gradients through both against the float64 reference; with dropout, the output is
+    the sum taken with the returned coefficients."""
+    g, h, a_src, a_dst = attention_inputs(name, 4, 7, torch.float32, "cuda", loops=name != "bipartite")
+    grads = (torch.randn(g.num_dst, 4, 7, device="cuda"), torch.randn(g.num_edges, 4, device="cuda"))
+
+    def run(dtype, backend):
+        leaves = [t.detach().to(dtype).requires_grad_(True) for t in (h, a_src, a_dst)]
+        outs = gat_aggregate(g, *leaves, negative_slope=0.15, backend=backend, return_attention=True)
+        torch.autograd.backward(outs, [t.to(dtype) for t in grads])
+        return [o.detach() for o in outs], [t.grad for t in leaves]
+
+    (want, want_alpha), want_grads = run(torch.float64, "reference")
+    (got, got_alpha), got_grads = run(torch.float32, backend)
+    assert_close64(got, want, torch.float32)
+    assert_close64(got_alpha, want_alpha, torch.float32)
+    for a, b in zip(got_grads, want_grads):
+        assert_close64(a, b, torch.float32)
+    out, alpha = gat_aggregate(g, h, a_src, a_dst, dropout=0.4, training=True, backend=backend, return_attention=True)
+    assert (alpha == 0).any()
+    torch.testing.assert_close(out, graphfuse.aggregate(g, h, edge_weight=alpha, backend="reference"),
+                               **TOL[torch.float32])
+
+
+@pytest.mark.gpu
 def test_fused_aggregate_refuses_mixed_dtypes():
     g, h, a_src, a_dst = attention_inputs("isolated", 2, 3, torch.float32, "cuda")
     with pytest.raises(TypeError, match="gat_aggregate: the fused kernel needs h and the attention scores in one"):
@@ -311,12 +355,17 @@ def test_gatconv_cuda_matches_cpu():
     want.sum().backward()
     want_grads = [p.grad.clone() for p in conv.parameters()]
     conv.zero_grad()
+    _, (edges, alpha) = conv(x, g, return_attention_weights=True)
     conv_cuda = conv.to("cuda")
     got = conv_cuda(x.to("cuda"), g.to("cuda"))
     got.sum().backward()
     torch.testing.assert_close(got.cpu(), want, **TOL[torch.float64])
     for p, w in zip(conv_cuda.parameters(), want_grads):
         torch.testing.assert_close(p.grad.cpu(), w, **TOL[torch.float64])
+    out, (got_edges, got_alpha) = conv_cuda(x.to("cuda"), g.to("cuda"), return_attention_weights=True)
+    torch.testing.assert_close(out.cpu(), want, **TOL[torch.float64])
+    assert torch.equal(got_edges.cpu(), edges)
+    torch.testing.assert_close(got_alpha.cpu(), alpha, **TOL[torch.float64])
 
 
 def test_attention_launchers_check_before_reading_their_arguments():

@@ -141,6 +141,57 @@ def test_gat_attention_dropout_matches_pyg_in_training(heads):
     assert not torch.allclose(ours.eval()(x, graph), out_ours), "dropout had no effect in training mode"
 
 
+@pytest.mark.parametrize("case", ["self_loops", "duplicates", "isolated", "no_edges"])
+@pytest.mark.parametrize("conv", ["gat_h1", "gat_h4_concat", "gat_h4_mean", "gat_h1_mean_noloops"])
+def test_gat_returns_attention_weights_like_pyg(conv, case):
+    """``return_attention_weights=True``: PyG's ``(out, (edge_index, alpha))``, the same edges (self-loops
+    included), coefficients, output and gradients; the output equals the call without it."""
+    graph = _graph(case)
+    ours, theirs = _pair(conv)
+    x = torch.randn(graph.num_nodes, IN, generator=torch.Generator().manual_seed(5))
+    x_ours, x_theirs = x.clone().requires_grad_(), x.clone().requires_grad_()
+    out, (edge_index, alpha) = ours(x_ours, graph, return_attention_weights=True)
+    expected, (pyg_edge_index, pyg_alpha) = theirs(x_theirs, graph.edge_index, return_attention_weights=True)
+    assert torch.equal(edge_index, pyg_edge_index)
+    torch.testing.assert_close(alpha, pyg_alpha, **TOL)
+    torch.testing.assert_close(out, expected, **TOL)
+    torch.testing.assert_close(out, ours(x, graph), **TOL)
+    grad_out, grad_alpha = torch.randn_like(expected), torch.randn_like(pyg_alpha)
+    got = torch.autograd.grad((out, alpha), [x_ours, *ours.parameters()], (grad_out, grad_alpha))
+    want = torch.autograd.grad((expected, pyg_alpha), [x_theirs, *theirs.parameters()], (grad_out, grad_alpha))
+    for g_ours, g_theirs in zip(got, want):
+        torch.testing.assert_close(g_ours, g_theirs, **TOL)
+
+
+def test_gat_returns_the_attention_weights_it_summed_in_training():
+    """With attention dropout, the returned coefficients are the dropped-out ones the output summed (PyG's too)."""
+    torch.manual_seed(0)
+    theirs = pyg_nn.GATConv(IN, OUT, heads=4, dropout=0.5)
+    ours = GATConv(IN, OUT, heads=4, dropout=0.5)
+    ours.load_state_dict(theirs.state_dict())
+    graph = _graph("self_loops")
+    x = torch.randn(graph.num_nodes, IN)
+    torch.manual_seed(7)
+    out, (edge_index, alpha) = ours(x, graph, return_attention_weights=True)
+    torch.manual_seed(7)
+    expected, (_, pyg_alpha) = theirs(x, graph.edge_index, return_attention_weights=True)
+    torch.testing.assert_close(alpha, pyg_alpha, **TOL)
+    torch.testing.assert_close(out, expected, **TOL)
+    assert (alpha == 0).any(), "dropout had no effect in training mode"
+    h = ours.lin(x).view(-1, 4, OUT)
+    summed = graphfuse.aggregate(graphfuse.Graph(edge_index, num_nodes=graph.num_nodes), h, alpha)
+    torch.testing.assert_close(out, summed.reshape(graph.num_nodes, -1) + ours.bias, **TOL)
+
+
+def test_gat_return_attention_weights_takes_a_bool_or_none():
+    graph, conv = _graph("duplicates"), GATConv(IN, OUT, heads=2)
+    x = torch.randn(graph.num_nodes, IN)
+    for off in (None, False):
+        assert isinstance(conv(x, graph, return_attention_weights=off), torch.Tensor)
+    with pytest.raises(TypeError, match="GATConv: return_attention_weights must be a bool; got 1"):
+        conv(x, graph, return_attention_weights=1)
+
+
 @pytest.mark.parametrize("gat_heads", [1, 3])
 def test_gat_output_shapes(gat_heads):
     graph = make_graph_case("unsorted")
@@ -267,6 +318,75 @@ def test_glorot_init_bounds_like_pyg():
     assert torch.count_nonzero(conv.bias) == 0
 
 
+def _dropped_self_loops(graph: graphfuse.Graph) -> torch.Tensor:
+    """The duplicate self-loops that GCN's normalisation drops (it keeps each node's last one): PyG also sends
+    the kept loop's gradient to them, although the output does not depend on them."""
+    src, dst = graph.edge_index
+    position = torch.arange(graph.num_edges).masked_fill(src != dst, -1)
+    kept = torch.full((graph.num_nodes,), -1).scatter_reduce(0, src, position, "amax")
+    return (src == dst) & (position != kept[src])
+
+
+@pytest.mark.parametrize("graph_input", ["graph", "edge_index"])
+@pytest.mark.parametrize("case", ["weighted", "self_loops", "duplicates", "isolated", "no_edges"])
+@pytest.mark.parametrize("conv", ["gcn", "gcn_improved", "gcn_improved_noloops"])
+def test_gcn_edge_weight_argument_matches_pyg(conv, case, graph_input):
+    """``GCNConv(x, edge_index, edge_weight)`` as in PyG: values and the gradients of x, the layer's parameters
+    and the weights; on a Graph the call's weights take the place of the graph's own (the weighted case holds
+    other ones), which stay as they were."""
+    graph = _graph(case)
+    own = graph.edge_weight
+    ours, theirs = _pair(conv)
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(graph.num_nodes, IN, generator=gen)
+    w = torch.rand(graph.num_edges, generator=gen) + 0.1
+    w_ours, w_theirs = w.clone().requires_grad_(), w.clone().requires_grad_()
+    out = ours(x, graph if graph_input == "graph" else graph.edge_index, w_ours)
+    expected = theirs(x, graph.edge_index, w_theirs)
+    torch.testing.assert_close(out, expected, **TOL)
+    grad_out = torch.randn_like(expected)
+    names = [name for name, _ in theirs.named_parameters()]
+    got = torch.autograd.grad(out, [w_ours, *(dict(ours.named_parameters())[n] for n in names)], grad_out)
+    want = torch.autograd.grad(expected, [w_theirs, *theirs.parameters()], grad_out)
+    dropped = _dropped_self_loops(graph) if ours.add_self_loops else torch.zeros(graph.num_edges, dtype=torch.bool)
+    torch.testing.assert_close(got[0][~dropped], want[0][~dropped], **TOL)
+    assert (got[0][dropped] == 0).all()
+    for g_ours, g_theirs in zip(got[1:], want[1:]):
+        torch.testing.assert_close(g_ours, g_theirs, **TOL)
+    assert graph.edge_weight is own
+    if case == "weighted":  # the graph's own weights give another result: the call's were used
+        assert not torch.allclose(ours(x, graph), out)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("learned", [False, True])
+def test_gcn_edge_weight_argument_on_cuda_matches_cpu(learned):
+    """The call's weights on CUDA: the graph-processing stage normalises fixed ones, the reference learned ones."""
+    graph = _graph("self_loops")
+    gen = torch.Generator().manual_seed(6)
+    x, w = torch.randn(graph.num_nodes, IN, generator=gen), torch.rand(graph.num_edges, generator=gen) + 0.1
+    results = []
+    for device in ("cpu", "cuda"):  # a layer and weights of their own on each device (no moved .grad)
+        conv = _pair("gcn")[0].to(device)
+        weights = w.to(device, copy=True).requires_grad_(learned)
+        out = conv(x.to(device), graph.to(device), weights)
+        out.square().sum().backward()
+        results.append([t.cpu() for t in (out, conv.lin.weight.grad, *([weights.grad] if learned else []))])
+    for got, want in zip(*reversed(results)):
+        torch.testing.assert_close(got, want, **TOL)
+
+
+def test_gcn_edge_weight_argument_is_checked_by_the_layer():
+    graph, conv = _graph("duplicates"), GCNConv(IN, OUT)
+    x = torch.randn(graph.num_nodes, IN)
+    with pytest.raises(ValueError, match=rf"GCNConv: .*edge_weight must have shape \(E={graph.num_edges},\); got \(3,\)"):
+        conv(x, graph.edge_index, torch.rand(3))
+    with pytest.raises(TypeError, match="GCNConv: .*edge_weight must be a floating-point torch.Tensor; got torch.int64"):
+        conv(x, graph, torch.ones(graph.num_edges, dtype=torch.long))
+    with pytest.raises(TypeError, match="GCNConv: .*edge_weight must be a floating-point torch.Tensor; got list"):
+        conv(x, graph, [1.0] * graph.num_edges)
+
+
 def test_gcn_trains_learned_edge_weights_like_pyg():
     """Edge weights that require grad: normalised per call (never cached with a stale autograd graph), and their
     gradient flows through the normalisation as in PyG, over several optimiser steps."""
@@ -279,10 +399,7 @@ def test_gcn_trains_learned_edge_weights_like_pyg():
     w = torch.nn.Parameter(graph.edge_weight.clone())
     w_ref = torch.nn.Parameter(graph.edge_weight.clone())
     learned = graphfuse.Graph(graph.edge_index, num_nodes=graph.num_nodes, edge_weight=w)
-    src, dst = graph.edge_index
-    position = torch.arange(graph.num_edges).masked_fill(src != dst, -1)
-    kept = torch.full((graph.num_nodes,), -1).scatter_reduce(0, src, position, "amax")
-    dropped = (src == dst) & (position != kept[src])  # duplicate self-loops: the forward uses the last one only
+    dropped = _dropped_self_loops(graph)  # duplicate self-loops: the forward uses the last one only
     assert dropped.any()
     opt, opt_ref = torch.optim.SGD([w], lr=0.05), torch.optim.SGD([w_ref], lr=0.05)
     for _ in range(3):

@@ -19,21 +19,21 @@ from graphfuse.graph import Graph
 GraphLike = Graph | Tensor
 
 
-def check_features(owner: str, x: Any, in_channels: int, dtype: torch.dtype) -> None:
-    """Raise unless ``x`` is a floating-point (N, in_channels) tensor of the weights' ``dtype`` (any floating
-    dtype under autocast, which casts for the matrix products)."""
+def check_features(owner: str, x: Any, in_channels: int, dtype: torch.dtype, name: str = "x") -> None:
+    """Raise unless ``x`` (called ``name`` in the message) is a floating-point (N, in_channels) tensor of the
+    weights' ``dtype`` (any floating dtype under autocast, which casts for the matrix products)."""
     if not isinstance(x, Tensor):
-        raise TypeError(f"{owner}: x must be a torch.Tensor; got {type(x).__name__}")
+        raise TypeError(f"{owner}: {name} must be a torch.Tensor; got {type(x).__name__}")
     if not x.is_floating_point():
-        raise TypeError(f"{owner}: x must be floating point; got {x.dtype}")
+        raise TypeError(f"{owner}: {name} must be floating point; got {x.dtype}")
     if x.dtype != dtype and not torch.is_autocast_enabled(x.device.type):
-        raise TypeError(f"{owner}: x is {x.dtype} but the weights are {dtype}; convert one to the other "
-                        f"(x.to({dtype}) or module.to({x.dtype}))")
+        raise TypeError(f"{owner}: {name} is {x.dtype} but the weights are {dtype}; convert one to the other "
+                        f"({name}.to({dtype}) or module.to({x.dtype}))")
     if x.dim() != 2 or x.size(1) != in_channels:
-        raise ValueError(f"{owner}: x must have shape (N, in_channels={in_channels}); got {tuple(x.shape)}")
+        raise ValueError(f"{owner}: {name} must have shape (N, in_channels={in_channels}); got {tuple(x.shape)}")
 
 
-def as_graph(owner: str, x: Tensor, graph: Any, *, square: bool = False) -> Graph:
+def as_graph(owner: str, x: Tensor, graph: Any, *, square: bool = False, num_dst: int | None = None) -> Graph:
     """The :class:`Graph` a layer runs on, checked against the node features ``x``.
 
     Args:
@@ -42,6 +42,9 @@ def as_graph(owner: str, x: Tensor, graph: Any, *, square: bool = False) -> Grap
         graph: a :class:`Graph` (returned as is, so its caches persist across calls) or an edge_index tensor,
             wrapped in ``Graph(edge_index, num_nodes=N)``.
         square: refuse bipartite blocks (layers that add self-loops or use symmetric degrees).
+        num_dst: the number of targets, when the caller holds their features apart from ``x`` (a bipartite
+            ``(x_src, x_dst)`` pair): an edge_index then spans ``N`` sources and ``num_dst`` targets, and a
+            Graph must have that many.
 
     Raises:
         TypeError: ``graph`` is neither a Graph nor a tensor.
@@ -52,8 +55,9 @@ def as_graph(owner: str, x: Tensor, graph: Any, *, square: bool = False) -> Grap
         if graph.layout != torch.strided:  # PyG's adj_t: its float values made a dtype error of Graph's
             raise TypeError(f"{owner}: a sparse adjacency ({graph.layout}) is not supported; pass an edge_index "
                             "tensor of shape (2, E) or a graphfuse.Graph (Graph.from_pyg, or edge_index and weights)")
+        sizes = {"num_nodes": x.size(0)} if num_dst is None else {"num_src": x.size(0), "num_dst": num_dst}
         try:
-            graph = Graph(graph, num_nodes=x.size(0))
+            graph = Graph(graph, **sizes)
         except ValueError as err:
             message = f"{owner}: edge_index does not fit x of shape {tuple(x.shape)}: {err}"
             raise ValueError(message) from err
@@ -65,9 +69,11 @@ def as_graph(owner: str, x: Tensor, graph: Any, *, square: bool = False) -> Grap
             f"got {type(graph).__name__}"
         )
     if x.size(0) != graph.num_src:
-        raise ValueError(
-            f"{owner}: x must have one row per source node (num_src={graph.num_src}); got {tuple(x.shape)}"
-        )
+        raise ValueError(f"{owner}: {'x' if num_dst is None else 'x_src'} must have one row per source node "
+                         f"(num_src={graph.num_src}); got {tuple(x.shape)}")
+    if num_dst is not None and graph.num_dst != num_dst:
+        raise ValueError(f"{owner}: x_dst must have one row per target node (num_dst={graph.num_dst}); got "
+                         f"{num_dst} rows")
     if square and graph.is_bipartite:
         raise ValueError(f"{owner}: graph must be square (num_src == num_dst); got {graph}")
     if x.device != graph.device:

@@ -124,6 +124,84 @@ def test_sage_on_bipartite_block_matches_pyg(conv):
     torch.testing.assert_close(out_ours, out_theirs, **TOL)
 
 
+SAGE_PAIRS = {  # in_channels = (F_src, F_dst) = (IN, 3)
+    "mean": (lambda: SAGEConv((IN, 3), OUT), lambda: pyg_nn.SAGEConv((IN, 3), OUT)),
+    "max": (lambda: SAGEConv((IN, 3), OUT, aggr="max"), lambda: pyg_nn.SAGEConv((IN, 3), OUT, aggr="max")),
+    "pool": (lambda: SAGEConv((IN, 3), OUT, aggr="pool", normalize=True),
+             lambda: pyg_nn.SAGEConv((IN, 3), OUT, aggr="max", project=True, normalize=True)),
+    "noroot": (lambda: SAGEConv((IN, 3), OUT, root_weight=False), lambda: pyg_nn.SAGEConv((IN, 3), OUT, root_weight=False)),
+}
+
+
+def _sage_pair(aggr: str):
+    torch.manual_seed(0)
+    make_ours, make_theirs = SAGE_PAIRS[aggr]
+    ours, theirs = make_ours(), make_theirs()
+    ours.load_state_dict(theirs.state_dict())
+    return ours, theirs
+
+
+@pytest.mark.parametrize("graph_input", ["graph", "edge_index"])
+@pytest.mark.parametrize("targets", [3, 9])  # fewer and more targets than the 5 sources
+@pytest.mark.parametrize("aggr", sorted(SAGE_PAIRS))
+def test_sage_on_a_pair_of_node_sets_matches_pyg(aggr, targets, graph_input):
+    """PyG's ``SAGEConv((F_src, F_dst), ...)((x_src, x_dst), edge_index)``: targets with features of their own
+    and of another width, also more targets than sources; values and the gradients of both inputs and every
+    parameter."""
+    gen = torch.Generator().manual_seed(8)
+    edge_index = torch.stack([torch.randint(0, 5, (17,), generator=gen), torch.randint(0, targets - 1, (17,), generator=gen)])
+    graph = graphfuse.Graph(edge_index, num_src=5, num_dst=targets)  # the last target has no in-edge
+    ours, theirs = _sage_pair(aggr)
+    x_src, x_dst = torch.randn(5, IN, generator=gen), torch.randn(targets, 3, generator=gen)
+    leaves_ours = [t.clone().requires_grad_() for t in (x_src, x_dst)]
+    leaves_theirs = [t.clone().requires_grad_() for t in (x_src, x_dst)]
+    out = ours(tuple(leaves_ours), graph if graph_input == "graph" else edge_index)
+    expected = theirs(tuple(leaves_theirs), edge_index, size=(5, targets))
+    assert out.shape == (targets, OUT)
+    torch.testing.assert_close(out, expected, **TOL)
+    grad_out = torch.randn_like(expected)
+    names = [name for name, _ in theirs.named_parameters()]
+    got = torch.autograd.grad(out, [*leaves_ours, *(dict(ours.named_parameters())[n] for n in names)], grad_out,
+                              allow_unused=True)
+    want = torch.autograd.grad(expected, [*leaves_theirs, *theirs.parameters()], grad_out, allow_unused=True)
+    for name, g_ours, g_theirs in zip(["x_src", "x_dst", *names], got, want):
+        if g_theirs is None:  # x_dst without a root term
+            assert g_ours is None, name
+        else:
+            torch.testing.assert_close(g_ours, g_theirs, **TOL, msg=lambda m, name=name: f"grad of {name}: {m}")
+
+
+def test_sage_without_target_features_leaves_the_root_term_out_like_pyg():
+    graph = make_graph_case("bipartite")
+    ours, theirs = _sage_pair("mean")
+    x_src = torch.randn(graph.num_src, IN)
+    expected = theirs((x_src, None), graph.edge_index, size=(graph.num_src, graph.num_dst))
+    torch.testing.assert_close(ours((x_src, None), graph), expected, **TOL)
+    with pytest.raises(ValueError, match=r"SAGEConv: x = \(x_src, None\) leaves the number of targets open"):
+        ours((x_src, None), graph.edge_index)
+
+
+def test_sage_pair_inputs_are_checked():
+    graph = make_graph_case("bipartite")
+    conv, same = SAGEConv((IN, 3), OUT), SAGEConv(IN, OUT)
+    x_src, x_dst = torch.randn(graph.num_src, IN), torch.randn(graph.num_dst, 3)
+    with pytest.raises(ValueError, match=r"SAGEConv: in_channels=\(6, 3\) needs x = \(x_src, x_dst\)"):
+        conv(x_src, graph)
+    with pytest.raises(ValueError, match="SAGEConv: x must be a tensor or a pair"):
+        conv((x_src, x_dst, x_dst), graph)
+    with pytest.raises(ValueError, match=r"SAGEConv: x_dst must have shape \(N, in_channels=3\); got"):
+        conv((x_src, x_src), graph)
+    with pytest.raises(TypeError, match="SAGEConv: x_src must be a torch.Tensor; got list"):
+        conv(([1.0], x_dst), graph)
+    with pytest.raises(ValueError, match=rf"SAGEConv: x_dst must have one row per target node \(num_dst={graph.num_dst}\)"):
+        conv((x_src, torch.randn(graph.num_dst + 1, 3)), graph)
+    with pytest.raises(ValueError, match="SAGEConv: x_src must have one row per source node"):
+        same((x_src[:-1], x_src[: graph.num_dst]), graph)
+    with pytest.raises(ValueError, match="SAGEConv: in_channels must be an int >= 1; got 0"):
+        SAGEConv((IN, 0), OUT)
+    torch.testing.assert_close(same((x_src, x_src[: graph.num_dst]), graph), same(x_src, graph), rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("heads", [1, 4])
 def test_gat_attention_dropout_matches_pyg_in_training(heads):
     torch.manual_seed(0)

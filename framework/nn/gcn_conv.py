@@ -29,26 +29,29 @@ class GCNConv(nn.Module):
     ``("gcn_norm", add_self_loops, improved)``, so full-graph training builds it once; an edge_index input, or
     a call given ``edge_weight``, is wrapped in a fresh Graph and normalised on every call, and so are learned
     edge weights (a Graph whose ``edge_weight`` requires grad), whose gradient flows through the normalisation.
-    Matches ``torch_geometric.nn.GCNConv`` in what it offers, ``forward(x, edge_index, edge_weight)`` included
-    (arguments after ``out_channels`` keyword-only; caching is per Graph, so PyG's ``cached`` is not needed, and
-    ``normalize=False`` and lazy ``in_channels=-1`` are not offered).
+    Matches ``torch_geometric.nn.GCNConv`` in what it offers, ``forward(x, edge_index, edge_weight)`` and
+    ``normalize=False`` included (arguments after ``out_channels`` keyword-only; caching is per Graph, so PyG's
+    ``cached`` is not needed; lazy ``in_channels=-1`` is not offered).
 
     Args:
         in_channels: input width F.
         out_channels: output width.
         add_self_loops: use ``A + I`` (existing self-loops are replaced by one per node; PyG's
             ``add_remaining_self_loops``: a node that already had a self-loop keeps that loop's weight, 1 on an
-            unweighted graph, and only the others get the fill value).
+            unweighted graph, and only the others get the fill value). None: ``normalize``, as in PyG; the
+            loops come with the normalisation, so True needs ``normalize``.
         improved: fill value 2 instead of 1 (``A + 2I`` on a graph without self-loops), on weighted and
             unweighted graphs alike (PyG 2.8 applies it only to weighted graphs: for an ``edge_index`` without
             weights it keeps ``A + I``). A node that already had a self-loop keeps it as it was, weight 1 when
             unweighted, as in PyG's weighted case.
+        normalize: normalise as above; False sums the neighbours with the edge weights as they are (1 when
+            unweighted), PyG's ``normalize=False``, and then takes bipartite blocks too.
         bias: add a learnable bias.
         backend: engine backend for the aggregation (None: the default, see :func:`graphfuse.use_backend`).
 
     Shapes:
-        x: (N, in_channels); graph: Graph of N nodes (weighted or not) or edge_index (2, E);
-        edge_weight: (E,) or None; out: (N, out_channels).
+        x: (num_src, in_channels); graph: Graph of N nodes (weighted or not; a bipartite block without
+        ``normalize``) or edge_index (2, E); edge_weight: (E,) or None; out: (num_dst, out_channels).
     """
 
     def __init__(
@@ -56,14 +59,22 @@ class GCNConv(nn.Module):
         in_channels: int,
         out_channels: int,
         *,
-        add_self_loops: bool = True,
+        add_self_loops: bool | None = None,
         improved: bool = False,
+        normalize: bool = True,
         bias: bool = True,
         backend: str | None = None,
     ) -> None:
         super().__init__()
         check_positive_ints("GCNConv", in_channels=in_channels, out_channels=out_channels)
-        check_bools("GCNConv", add_self_loops=add_self_loops, improved=improved, bias=bias)
+        check_bools("GCNConv", improved=improved, normalize=normalize, bias=bias)
+        if add_self_loops is None:
+            add_self_loops = normalize
+        check_bools("GCNConv", add_self_loops=add_self_loops)
+        if add_self_loops and not normalize:
+            raise ValueError("GCNConv: add_self_loops=True needs normalize=True (the self-loops are added by the "
+                             "normalisation, as in PyG); pass add_self_loops=False or leave it out")
+        self.normalize = normalize
         self.in_channels = in_channels
         self.out_channels = out_channels
         self.add_self_loops = add_self_loops
@@ -95,12 +106,14 @@ class GCNConv(nn.Module):
         """``edge_weight``: the edges' weights for this call, as PyG's ``GCNConv(x, edge_index, edge_weight)``; they
         take the place of a Graph's own weights (None: the Graph's, or 1 for an edge_index)."""
         check_features("GCNConv", x, self.in_channels, self.lin.weight.dtype)
-        graph = as_graph("GCNConv", x, graph, square=True)
+        graph = as_graph("GCNConv", x, graph, square=self.normalize)
         if edge_weight is not None:
             graph = with_edge_weight("GCNConv", graph, edge_weight)
-        graph = self.normalized(graph, x.dtype)
+        if self.normalize:
+            graph = self.normalized(graph, x.dtype)
         out = aggregate(graph, self.lin(x), reduce="sum", backend=self.backend)
         return out if self.bias is None else out + self.bias
 
     def extra_repr(self) -> str:
-        return f"{self.in_channels}, {self.out_channels}, improved={self.improved}, backend={self.backend!r}"
+        return (f"{self.in_channels}, {self.out_channels}, improved={self.improved}, normalize={self.normalize}, "
+                f"backend={self.backend!r}")

@@ -454,6 +454,34 @@ def test_gcn_edge_weight_argument_on_cuda_matches_cpu(learned):
         torch.testing.assert_close(got, want, **TOL)
 
 
+@pytest.mark.parametrize("graph_input", ["graph", "edge_index", "edge_weight"])
+@pytest.mark.parametrize("case", ["weighted", "self_loops", "isolated", "no_edges", "bipartite"])
+def test_gcn_without_normalisation_matches_pyg(case, graph_input):
+    """``normalize=False``: the plain weighted sum (self-loops only as the graph has them), on bipartite blocks
+    too; add_self_loops follows normalize unless given."""
+    graph = _graph(case)
+    torch.manual_seed(0)
+    ours, theirs = GCNConv(IN, OUT, normalize=False), pyg_nn.GCNConv(IN, OUT, normalize=False)
+    ours.load_state_dict(theirs.state_dict())
+    assert not ours.add_self_loops and GCNConv(IN, OUT).add_self_loops
+    x = torch.randn(graph.num_src, IN, generator=torch.Generator().manual_seed(9))
+    w = {"graph": graph.edge_weight, "edge_index": None, "edge_weight": torch.rand(graph.num_edges) + 0.1}[graph_input]
+    target = graph if graph_input == "graph" else graph.edge_index
+    if graph_input != "graph" and case == "bipartite":
+        target = graphfuse.Graph(graph.edge_index, num_src=graph.num_src, num_dst=graph.num_dst)
+    out = ours(x, target, w if graph_input == "edge_weight" else None)
+    if case == "bipartite":  # PyG's GCNConv takes square graphs only: the sum by hand
+        src, dst = graph.edge_index
+        messages = theirs.lin(x)[src] * (1.0 if w is None else w.unsqueeze(1))
+        expected = torch.zeros(graph.num_dst, OUT).index_add_(0, dst, messages) + theirs.bias
+    else:
+        expected = theirs(x, graph.edge_index, w)
+    assert out.shape == (graph.num_dst, OUT)
+    torch.testing.assert_close(out, expected, **TOL)
+    with pytest.raises(ValueError, match="GCNConv: add_self_loops=True needs normalize=True"):
+        GCNConv(IN, OUT, normalize=False, add_self_loops=True)
+
+
 def test_gcn_edge_weight_argument_is_checked_by_the_layer():
     graph, conv = _graph("duplicates"), GCNConv(IN, OUT)
     x = torch.randn(graph.num_nodes, IN)
@@ -551,6 +579,7 @@ def test_gcn_float64_model_after_a_float32_call_on_the_same_graph():
         (lambda v: GCNConv(IN, OUT, improved=v), "improved"),
         (lambda v: GCNConv(IN, OUT, add_self_loops=v), "add_self_loops"),
         (lambda v: GCNConv(IN, OUT, bias=v), "bias"),
+        (lambda v: GCNConv(IN, OUT, normalize=v), "normalize"),
         (lambda v: GATConv(IN, OUT, 2, concat=v), "concat"),
         (lambda v: GATConv(IN, OUT, add_self_loops=v), "add_self_loops"),
         (lambda v: GATConv(IN, OUT, bias=v), "bias"),
@@ -563,6 +592,8 @@ def test_gcn_float64_model_after_a_float32_call_on_the_same_graph():
 def test_switches_must_be_bools(build, arg):
     """A string switch is truthy: concat="false" concatenated the heads, bias="no" built a bias, silently."""
     for bad in ("false", 0, None):
+        if bad is None and build(True).__class__ is GCNConv and arg == "add_self_loops":
+            continue  # GCNConv's None means "as normalize", as PyG's (test_gcn_without_normalisation_matches_pyg)
         with pytest.raises(TypeError, match=rf"{arg} must be a bool; got {bad!r}"):
             build(bad)
 

@@ -98,9 +98,9 @@ class GATConv(nn.Module):
         """``graph`` with exactly one self-loop per node, cached on ``graph`` (see :func:`graphfuse.graph.process_gat`)."""
         return process_gat(graph) if self.add_self_loops else graph
 
-    def forward(self, x: Tensor, graph: GraphLike,
+    def forward(self, x: Tensor, graph: GraphLike, *,
                 return_attention_weights: bool | None = None) -> Tensor | tuple[Tensor, tuple[Tensor, Tensor]]:
-        """``return_attention_weights=True`` returns ``(out, (edge_index, alpha))`` as PyG's GATConv does: the
+        """``return_attention_weights=True`` (keyword-only: PyG's third argument is ``edge_attr``) returns ``(out, (edge_index, alpha))`` as PyG's GATConv does: the
         edges the attention ran on and their coefficients, after dropout when training (the ones the sum used).
         They are computed as an (E', H) tensor and summed unfused (:func:`graphfuse.engine.gat_aggregate`)."""
         if return_attention_weights is not None:

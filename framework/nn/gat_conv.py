@@ -100,9 +100,10 @@ class GATConv(nn.Module):
 
     def forward(self, x: Tensor, graph: GraphLike, *,
                 return_attention_weights: bool | None = None) -> Tensor | tuple[Tensor, tuple[Tensor, Tensor]]:
-        """``return_attention_weights=True`` (keyword-only: PyG's third argument is ``edge_attr``) returns ``(out, (edge_index, alpha))`` as PyG's GATConv does: the
-        edges the attention ran on and their coefficients, after dropout when training (the ones the sum used).
-        They are computed as an (E', H) tensor and summed unfused (:func:`graphfuse.engine.gat_aggregate`)."""
+        """``return_attention_weights=True`` returns ``(out, (edge_index, alpha))`` as PyG's GATConv does: the edges
+        the attention ran on and their coefficients, after dropout when training (the ones the sum used), computed
+        as an (E', H) tensor and summed unfused (:func:`graphfuse.engine.gat_aggregate`). Keyword-only: PyG's
+        third positional argument is ``edge_attr``."""
         if return_attention_weights is not None:
             check_bools("GATConv", return_attention_weights=return_attention_weights)
         check_features("GATConv", x, self.in_channels, self.lin.weight.dtype)

@@ -150,6 +150,17 @@ def test_aggregate_matches_reference(backend, reduce, k, case):
     run_and_compare(backend, g, x, w, reduce)
 
 
+@pytest.mark.parametrize("k", [7, 64, 256])
+@pytest.mark.parametrize("backend, reduce", PAIRS)
+def test_aggregate_into_more_targets_than_sources(backend, reduce, k):
+    """A block of 12 sources and 30 targets (the bipartite case turned round: SAGEConv's (x_src, x_dst) pairs and
+    GCNConv(normalize=False) send such blocks), forward and gradients; some targets have no in-edge."""
+    g = graph("bipartite")
+    g = graphfuse.Graph(g.edge_index.flip(0), num_src=g.num_dst, num_dst=g.num_src)
+    x, w = inputs(g, k, torch.float32, k != 64)
+    run_and_compare(backend, g, x, w, reduce)
+
+
 @pytest.mark.parametrize("case", ["unsorted", "hub", "bipartite", "big_hub", "no_edges"])
 @pytest.mark.parametrize("heads, k", [(1, 5), (1, 64), (2, 2), (4, 28), (2, 82), (8, 64), (3, 606)])
 @pytest.mark.parametrize("reduce", REDUCES)

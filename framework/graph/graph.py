@@ -289,6 +289,12 @@ class Graph:
                                  if isinstance(value, tuple) else value.to(device, non_blocking=non_blocking))
         return moved
 
+    def reweighted(self, edge_weight: Tensor | None) -> "Graph":
+        """A Graph of the same edges with ``edge_weight`` instead of this one's (None: unweighted), checked as the
+        constructor checks it; the edges are not checked again, and nothing cached on ``self`` carries over."""
+        return Graph(self.edge_index, edge_weight=edge_weight, num_src=self.num_src, num_dst=self.num_dst,
+                     validate=False)
+
     def _portable(self) -> dict[Any, Any]:
         """The cached entries that :meth:`to` moves and pickling keeps: formats (tensors, tuples of tensors such
         as CSR/CSC) and cached graphs, a weighted one only while it is current; not device-bound objects (kernel

@@ -75,7 +75,7 @@ def gcn_norm(graph: Graph, *, add_self_loops: bool = True, improved: bool = Fals
     deg_inv_sqrt = deg.masked_fill(empty, 1.0).pow(-0.5).masked_fill_(empty, 0.0)
     # index_select: advanced indexing's backward (a learned weight's, through deg) sums in a varying order on CPU
     norm = (deg_inv_sqrt.index_select(0, src) * weight * deg_inv_sqrt.index_select(0, dst)).to(weight.dtype)
-    return Graph(graph.edge_index, edge_weight=norm, num_src=graph.num_src, num_dst=graph.num_dst, validate=False)
+    return graph.reweighted(norm)
 
 
 def mean_norm(graph: Graph) -> Graph:
@@ -88,7 +88,7 @@ def mean_norm(graph: Graph) -> Graph:
     deg = deg.index_select(0, graph.edge_index[1])
     empty = deg == 0  # as in gcn_norm: no 0 / 0 in the forward or the backward
     norm = (weight / deg.masked_fill(empty, 1.0)).masked_fill_(empty, 0.0).to(weight.dtype)
-    return Graph(graph.edge_index, edge_weight=norm, num_src=graph.num_src, num_dst=graph.num_dst, validate=False)
+    return graph.reweighted(norm)
 
 
 def to_dense(graph: Graph, dtype: torch.dtype = torch.float64) -> Tensor:

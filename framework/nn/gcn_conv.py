@@ -97,9 +97,8 @@ class GCNConv(nn.Module):
         dtype was when the normalisation was first cached. Only a dtype more precise than float32 is used:
         degrees counted in float16/bfloat16 would stop at 2048/256."""
         if graph.edge_weight is None and dtype is not None and torch.finfo(dtype).bits > 32:
-            graph = graph.cached(("unit_weights", dtype), lambda: Graph(
-                graph.edge_index, num_src=graph.num_src, num_dst=graph.num_dst, validate=False,
-                edge_weight=torch.ones(graph.num_edges, dtype=dtype, device=graph.device)))
+            graph = graph.cached(("unit_weights", dtype), lambda: graph.reweighted(
+                torch.ones(graph.num_edges, dtype=dtype, device=graph.device)))
         return process_gcn(graph, add_self_loops=self.add_self_loops, improved=self.improved)
 
     def forward(self, x: Tensor, graph: GraphLike, edge_weight: Tensor | None = None) -> Tensor:

@@ -90,8 +90,7 @@ def with_edge_weight(owner: str, graph: Graph, edge_weight: Any) -> Graph:
         TypeError, ValueError: ``edge_weight`` is not a floating-point (E,) tensor on the graph's device.
     """
     try:
-        return Graph(graph.edge_index, num_src=graph.num_src, num_dst=graph.num_dst, edge_weight=edge_weight,
-                     validate=False)  # the edges were checked when ``graph`` was built
+        return graph.reweighted(edge_weight)
     except (TypeError, ValueError) as err:
         raise type(err)(f"{owner}: {err}") from None
 
@@ -123,7 +122,4 @@ def unweighted(graph: Graph) -> Graph:
     """``graph`` without edge weights (cached on it): for layers whose messages ignore them (SAGE, GAT)."""
     if graph.edge_weight is None:
         return graph
-    return graph.cached(
-        "unweighted",
-        lambda: Graph(graph.edge_index, num_src=graph.num_src, num_dst=graph.num_dst, validate=False),
-    )
+    return graph.cached("unweighted", lambda: graph.reweighted(None))

@@ -421,3 +421,19 @@ def test_half_precision_weights_sum_their_degrees_in_float32(dtype, normalise):
     exact = normalise(Graph(edge_index, num_nodes=n, edge_weight=torch.ones(n - 1, dtype=torch.float64)))
     assert half.edge_weight.dtype == dtype and torch.equal(half.edge_index, exact.edge_index)
     torch.testing.assert_close(half.edge_weight.double(), exact.edge_weight, rtol=tolerance(dtype)["rtol"], atol=0)
+
+
+def test_reweighted_keeps_the_edges_and_nothing_cached():
+    """Graph.reweighted: the same edge_index and sizes with other weights (checked as the constructor checks
+    them), or none; the original keeps its weights and caches, and nothing cached moves over."""
+    edge_index = torch.tensor([[0, 1, 2, 2], [1, 2, 0, 1]])
+    g = Graph(edge_index, num_src=3, num_dst=4, edge_weight=torch.rand(4))
+    own, csr = g.edge_weight, g.csr
+    w = torch.rand(4, dtype=torch.float64)
+    other = g.reweighted(w)
+    assert other.edge_index is g.edge_index and (other.num_src, other.num_dst) == (3, 4)
+    assert other.edge_weight is w and g.edge_weight is own and g.csr is csr
+    assert other.cached("csr", lambda: "built anew") == "built anew"
+    assert g.reweighted(None).edge_weight is None
+    with pytest.raises(ValueError, match=r"Graph: edge_weight must have shape \(E=4,\); got \(3,\)"):
+        g.reweighted(torch.rand(3))

@@ -60,9 +60,9 @@ CONVS = {
 }
 
 
-def _pair(conv: str):
+def _pair(conv: str, table: dict = CONVS):
     torch.manual_seed(0)
-    make_ours, make_theirs = CONVS[conv]
+    make_ours, make_theirs = table[conv]
     ours, theirs = make_ours(), make_theirs()
     ours.load_state_dict(theirs.state_dict())
     return ours.eval(), theirs.eval()
@@ -83,17 +83,24 @@ def _pyg_args(conv: str, graph: graphfuse.Graph) -> tuple:
     return (graph.edge_index,)
 
 
+def _grads(ours, theirs, out_ours, out_theirs, inputs_ours, inputs_theirs, **kwargs):
+    """The names of PyG's parameters and the gradients, for a random output gradient, of each layer's output
+    with respect to its ``inputs`` and then its parameters (ours in PyG's order)."""
+    grad_out = torch.randn_like(out_theirs)
+    names = [name for name, _ in theirs.named_parameters()]
+    ours_params = dict(ours.named_parameters())
+    got = torch.autograd.grad(out_ours, [*inputs_ours, *(ours_params[n] for n in names)], grad_out, **kwargs)
+    want = torch.autograd.grad(out_theirs, [*inputs_theirs, *theirs.parameters()], grad_out, **kwargs)
+    return names, got, want
+
+
 def _compare(ours, theirs, x, ours_graph, pyg_args) -> None:
     x_ours = x.clone().requires_grad_()
     x_theirs = x.clone().requires_grad_()
     out_ours = ours(x_ours, ours_graph)
     out_theirs = theirs(x_theirs, *pyg_args)
     torch.testing.assert_close(out_ours, out_theirs, **TOL)
-    grad_out = torch.randn_like(out_theirs)
-    names = [name for name, _ in theirs.named_parameters()]
-    ours_params = dict(ours.named_parameters())
-    grads_ours = torch.autograd.grad(out_ours, [x_ours, *(ours_params[n] for n in names)], grad_out)
-    grads_theirs = torch.autograd.grad(out_theirs, [x_theirs, *theirs.parameters()], grad_out)
+    names, grads_ours, grads_theirs = _grads(ours, theirs, out_ours, out_theirs, [x_ours], [x_theirs])
     for name, g_ours, g_theirs in zip(["x", *names], grads_ours, grads_theirs):
         torch.testing.assert_close(g_ours, g_theirs, **TOL, msg=lambda m, name=name: f"grad of {name}: {m}")
 
@@ -133,14 +140,6 @@ SAGE_PAIRS = {  # in_channels = (F_src, F_dst) = (IN, 3)
 }
 
 
-def _sage_pair(aggr: str):
-    torch.manual_seed(0)
-    make_ours, make_theirs = SAGE_PAIRS[aggr]
-    ours, theirs = make_ours(), make_theirs()
-    ours.load_state_dict(theirs.state_dict())
-    return ours, theirs
-
-
 @pytest.mark.parametrize("graph_input", ["graph", "edge_index"])
 @pytest.mark.parametrize("targets", [3, 9])  # fewer and more targets than the 5 sources
 @pytest.mark.parametrize("aggr", sorted(SAGE_PAIRS))
@@ -151,7 +150,7 @@ def test_sage_on_a_pair_of_node_sets_matches_pyg(aggr, targets, graph_input):
     gen = torch.Generator().manual_seed(8)
     edge_index = torch.stack([torch.randint(0, 5, (17,), generator=gen), torch.randint(0, targets - 1, (17,), generator=gen)])
     graph = graphfuse.Graph(edge_index, num_src=5, num_dst=targets)  # the last target has no in-edge
-    ours, theirs = _sage_pair(aggr)
+    ours, theirs = _pair(aggr, SAGE_PAIRS)
     x_src, x_dst = torch.randn(5, IN, generator=gen), torch.randn(targets, 3, generator=gen)
     leaves_ours = [t.clone().requires_grad_() for t in (x_src, x_dst)]
     leaves_theirs = [t.clone().requires_grad_() for t in (x_src, x_dst)]
@@ -159,11 +158,7 @@ def test_sage_on_a_pair_of_node_sets_matches_pyg(aggr, targets, graph_input):
     expected = theirs(tuple(leaves_theirs), edge_index, size=(5, targets))
     assert out.shape == (targets, OUT)
     torch.testing.assert_close(out, expected, **TOL)
-    grad_out = torch.randn_like(expected)
-    names = [name for name, _ in theirs.named_parameters()]
-    got = torch.autograd.grad(out, [*leaves_ours, *(dict(ours.named_parameters())[n] for n in names)], grad_out,
-                              allow_unused=True)
-    want = torch.autograd.grad(expected, [*leaves_theirs, *theirs.parameters()], grad_out, allow_unused=True)
+    names, got, want = _grads(ours, theirs, out, expected, leaves_ours, leaves_theirs, allow_unused=True)
     for name, g_ours, g_theirs in zip(["x_src", "x_dst", *names], got, want):
         if g_theirs is None:  # x_dst without a root term
             assert g_ours is None, name
@@ -173,7 +168,7 @@ def test_sage_on_a_pair_of_node_sets_matches_pyg(aggr, targets, graph_input):
 
 def test_sage_without_target_features_leaves_the_root_term_out_like_pyg():
     graph = make_graph_case("bipartite")
-    ours, theirs = _sage_pair("mean")
+    ours, theirs = _pair("mean", SAGE_PAIRS)
     x_src = torch.randn(graph.num_src, IN)
     expected = theirs((x_src, None), graph.edge_index, size=(graph.num_src, graph.num_dst))
     torch.testing.assert_close(ours((x_src, None), graph), expected, **TOL)
@@ -422,10 +417,7 @@ def test_gcn_edge_weight_argument_matches_pyg(conv, case, graph_input):
     out = ours(x, graph if graph_input == "graph" else graph.edge_index, w_ours)
     expected = theirs(x, graph.edge_index, w_theirs)
     torch.testing.assert_close(out, expected, **TOL)
-    grad_out = torch.randn_like(expected)
-    names = [name for name, _ in theirs.named_parameters()]
-    got = torch.autograd.grad(out, [w_ours, *(dict(ours.named_parameters())[n] for n in names)], grad_out)
-    want = torch.autograd.grad(expected, [w_theirs, *theirs.parameters()], grad_out)
+    _, got, want = _grads(ours, theirs, out, expected, [w_ours], [w_theirs])
     dropped = _dropped_self_loops(graph) if ours.add_self_loops else torch.zeros(graph.num_edges, dtype=torch.bool)
     torch.testing.assert_close(got[0][~dropped], want[0][~dropped], **TOL)
     assert (got[0][dropped] == 0).all()

@@ -109,11 +109,12 @@ class GATConv(nn.Module):
         check_features("GATConv", x, self.in_channels, self.lin.weight.dtype)
         graph = self.with_self_loops(unweighted(as_graph("GATConv", x, graph, square=True)))
         h = self.lin(x).view(-1, self.heads, self.out_channels)
-        # under autocast h is float16/bfloat16 while the attention vectors stay float32: the scores are computed in
-        # the promoted dtype, as PyG's elementwise (h * att).sum(-1) would be
-        scores_dtype = torch.promote_types(h.dtype, self.att_src.dtype)
-        alpha_src, alpha_dst = gat_scores(h.to(scores_dtype), self.att_src.to(scores_dtype),
-                                          self.att_dst.to(scores_dtype), backend=self.backend)
+        # under autocast h is float16/bfloat16 while the attention vectors stay float32: the scores and the sum are
+        # computed in the promoted dtype, as PyG's (h * att).sum(-1) and h_j * alpha are (so the output is float32
+        # with or without bias, and on CUDA the fused kernels take it)
+        dtype = torch.promote_types(h.dtype, self.att_src.dtype)
+        h = h.to(dtype)
+        alpha_src, alpha_dst = gat_scores(h, self.att_src.to(dtype), self.att_dst.to(dtype), backend=self.backend)
         out = gat_aggregate(graph, h, alpha_src, alpha_dst, negative_slope=self.negative_slope,
                             dropout=self.dropout, training=self.training, backend=self.backend,
                             return_attention=bool(return_attention_weights))

@@ -110,7 +110,10 @@ class GCNConv(nn.Module):
             graph = with_edge_weight("GCNConv", graph, edge_weight)
         if self.normalize:
             graph = self.normalized(graph, x.dtype)
-        out = aggregate(graph, self.lin(x), reduce="sum", backend=self.backend)
+        h = self.lin(x)
+        if graph.edge_weight is not None:  # under autocast h is float16/bfloat16: summed with float32 weights in
+            h = h.to(torch.promote_types(h.dtype, graph.edge_weight.dtype))  # float32, as PyG's w * x_j is
+        out = aggregate(graph, h, reduce="sum", backend=self.backend)
         return out if self.bias is None else out + self.bias
 
     def extra_repr(self) -> str:

@@ -368,6 +368,32 @@ def test_gatconv_cuda_matches_cpu():
     torch.testing.assert_close(got_alpha.cpu(), alpha, **TOL[torch.float64])
 
 
+@pytest.mark.gpu
+def test_gatconv_under_autocast_on_cuda_sums_in_float32_with_the_fused_kernels(monkeypatch):
+    """Under bfloat16 autocast the layer's features are bfloat16 and its attention vectors float32: the layer sums
+    in float32 as PyG does (a float32 output also without bias), which on CUDA is the fused kernels' dtype; before,
+    the default backend took the reference composition in bfloat16 and backend="fused" raised a TypeError."""
+    g = processing_graph("warp_hub", False).to("cuda")
+    torch.manual_seed(0)
+    conv = graphfuse.nn.GATConv(6, 5, heads=4, bias=False).to("cuda").eval()
+    x = torch.randn(g.num_nodes, 6, device="cuda")
+    fused_calls = []
+    run = attention.run
+    monkeypatch.setattr(attention, "run", lambda fn, *a: fused_calls.append(fn.__name__) or run(fn, *a))
+    results = {}
+    for backend in (None, "fused", "reference"):
+        conv.backend = backend
+        x_grad = x.clone().requires_grad_()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = conv(x_grad, g)
+        assert out.dtype == torch.float32
+        results[backend] = (out, *torch.autograd.grad(out.square().sum(), [x_grad, *conv.parameters()]))
+    assert fused_calls.count("FusedGatAggregate") == 2  # the default and "fused", not "reference"
+    for backend in (None, "fused"):
+        for got, want in zip(results[backend], results["reference"]):
+            torch.testing.assert_close(got, want, **TOL[torch.float32])
+
+
 def test_attention_launchers_check_before_reading_their_arguments():
     """Each launcher names the bad argument even when it is not a tensor at all (they read sizes first)."""
     from graphfuse.kernels import gat_attention as launchers

@@ -256,6 +256,44 @@ def test_gat_returns_the_attention_weights_it_summed_in_training():
     torch.testing.assert_close(out, summed.reshape(graph.num_nodes, -1) + ours.bias, **TOL)
 
 
+@pytest.mark.parametrize("conv", sorted(CONVS))
+def test_conv_under_autocast_matches_pyg(conv):
+    """Under bfloat16 autocast PyG's GAT and GCN sum h_j * alpha and w * h_j in float32; ours summed the bfloat16
+    features and returned bfloat16 when the layer had no bias to promote the result."""
+    ours, theirs = _pair(conv)
+    graph = _graph("self_loops") if "noloops" in conv else make_graph_case("duplicates")
+    x = torch.randn(graph.num_nodes, IN, generator=torch.Generator().manual_seed(3))
+    x_ours, x_theirs = x.clone().requires_grad_(), x.clone().requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out_ours, out_theirs = ours(x_ours, graph), theirs(x_theirs, *_pyg_args(conv, graph))
+    torch.testing.assert_close(out_ours, out_theirs, **TOL)  # dtype included
+    # PyG sums the two bfloat16 gradients of h (scores and messages) in bfloat16, ours in float32: the gradients
+    # of x and the linear weight agree to bfloat16's rounding
+    names, got, want = _grads(ours, theirs, out_ours, out_theirs, [x_ours], [x_theirs])
+    for name, g_ours, g_theirs in zip(["x", *names], got, want):
+        torch.testing.assert_close(g_ours, g_theirs, rtol=1.6e-2, atol=1e-2, msg=lambda m, n=name: f"{n}: {m}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", [None, "gespmm", "gar", "gas", "hpspmm"])
+def test_gcn_under_autocast_on_cuda_sums_in_float32(backend):
+    """Under CUDA autocast GCNConv hands the kernels float32 features (they refused bfloat16 ones)."""
+    graph = _graph("weighted").to("cuda")
+    x = torch.randn(graph.num_nodes, IN, generator=torch.Generator().manual_seed(4)).to("cuda")
+    torch.manual_seed(0)
+    conv = GCNConv(IN, OUT, bias=False).to("cuda")
+    results = []
+    for name in (backend, "reference"):
+        conv.backend = name
+        x_grad = x.clone().requires_grad_()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = conv(x_grad, graph)
+        assert out.dtype == torch.float32
+        results.append((out, *torch.autograd.grad(out.square().sum(), [x_grad, conv.lin.weight])))
+    for got, want in zip(*results):
+        torch.testing.assert_close(got, want, **TOL)
+
+
 def test_gat_return_attention_weights_takes_a_bool_or_none():
     graph, conv = _graph("duplicates"), GATConv(IN, OUT, heads=2)
     x = torch.randn(graph.num_nodes, IN)

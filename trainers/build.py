@@ -149,11 +149,13 @@ def check_backend(cfg: DictConfig, device: torch.device, precision: str = "32") 
 
     Raises:
         ConfigError: the backend does not run on ``device`` here (device type, CuPy, torch's determinism flag), or
-            is a kernel backend (float32/float64 features only) under a mixed ``precision``.
+            is a kernel backend (float32/float64 features only) under a mixed ``precision`` for GraphSAGE or
+            GraphSAINT (GCN's and GAT's layers sum in the float32 of their edge and attention weights, as PyG's do).
     """
     if cfg.backend == "auto" or cfg.name not in MODELS:  # the PyG twins do not use model.backend
         return
-    if precision not in ("32", "32-true") and cfg.backend in (*KERNEL_BACKENDS, FUSED):
+    mixed = precision not in ("32", "32-true")
+    if mixed and cfg.name not in ("gcn", "gat") and cfg.backend in (*KERNEL_BACKENDS, FUSED):
         raise ConfigError(
             f"invalid value for 'model.backend': {cfg.backend!r} runs float32 and float64 features, and "
             f"trainer.precision={precision} hands the layers half-precision ones under autocast; use "

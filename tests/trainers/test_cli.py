@@ -92,16 +92,33 @@ def test_cuda_backend_on_a_cpu_run_exits_2_and_leaves_the_earlier_run(capsys, ti
     assert (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()
 
 
-@pytest.mark.parametrize("backend", ["gespmm", "fused"])
-def test_kernel_backend_under_mixed_precision_exits_2_and_leaves_the_earlier_run(capsys, tiny, tmp_path, backend):
+@pytest.mark.parametrize("model", ["sage", "saint"])
+def test_kernel_backend_under_mixed_precision_exits_2_and_leaves_the_earlier_run(capsys, tiny, tmp_path, model):
     # The CUDA kernels take float32/float64 features; under autocast they got bfloat16 ones and raised their
     # TypeError mid-fit (a traceback), after the earlier run's checkpoints were cleared.
     assert main([*tiny, "trainer.max_epochs=1"]) == 0
-    gat = [*tiny, "trainer.max_epochs=1", "model=gat", "model.heads=2", "trainer.precision=bf16-mixed",
-           f"output_dir={tmp_path / 'gat'}"]  # (into the first run's folder it would be refused as other settings)
-    _fails_cleanly(capsys, [*gat, f"model.backend={backend}"], "model.backend", "trainer.precision=bf16-mixed")
+    mixed = [*tiny, "trainer.max_epochs=1", f"model={model}", "trainer.precision=bf16-mixed",
+             f"output_dir={tmp_path / model}"]  # (into the first run's folder it would be refused as other settings)
+    _fails_cleanly(capsys, [*mixed, "model.backend=gespmm"], "model.backend", "trainer.precision=bf16-mixed")
     assert (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()
-    assert main(gat) == 0
+    assert main(mixed) == 0
+
+
+@pytest.mark.parametrize(("model", "backend"), [("gcn", "gespmm"), ("gat", "gespmm"), ("gat", "fused")])
+def test_gcn_and_gat_kernel_backends_under_mixed_precision_are_checked_for_the_device_only(capsys, tiny, model,
+                                                                                          backend):
+    # GCNConv and GATConv sum in float32 under autocast (PyG's dtype), so the kernels get float32 features: a CPU
+    # run is refused for its device, not for its precision
+    err = _fails_cleanly(capsys, [*tiny, f"model={model}", "trainer.precision=bf16-mixed", f"model.backend={backend}"],
+                         "model.backend", "this run trains on cpu")
+    assert "precision" not in err
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("model", "backend"), [("gcn", "gespmm"), ("gat", "gespmm"), ("gat", "fused")])
+def test_gcn_and_gat_train_with_a_kernel_backend_under_mixed_precision_on_cuda(tiny, model, backend):
+    assert main([*tiny, "trainer.accelerator=gpu", "trainer.max_epochs=2", f"model={model}",
+                 "trainer.precision=bf16-mixed", f"model.backend={backend}"]) == 0
 
 
 def test_backend_of_a_pyg_twin_is_not_checked_against_the_device(tiny):

@@ -41,8 +41,9 @@ step() { [[ "$STEPS" == *" $1 "* ]]; }
 TEST_RC=skipped MEMCHECK_RC=skipped BENCH_RC=skipped SDDMM_RC=skipped SAMPLERS_RC=skipped GRAPH_RC=skipped
 COUNTERS_RC=skipped
 MAXFAIL=$([ "$MODE" = quick ] && echo 10 || echo 50)
-# The whole GPU suite (4,025 tests) took 470 s on an H100 (session 24): with the device tool's 600 s per call, run the steps
-# in separate calls (STEPS=tests, STEPS=memcheck, STEPS=spmm, then the rest). The memcheck subset (428 tests) took
+# The whole GPU suite took 470 s on an H100 (4,025 tests, session 24) and 377 s on an H200 (4,090 tests, session
+# 26: tests/kernels/test_kernels_gpu.py 188 s, the rest 189 s, in two calls): with the device tool's 600 s per call,
+# run the steps in separate calls (STEPS=tests, STEPS=memcheck, STEPS=spmm, then the rest). The memcheck subset (428 tests) took
 # 433 s on an H100 run straight after the tests step on the same warm machine (CuPy's kernel cache filled); on a
 # fresh machine, where every kernel compiles under the sanitizer, it had not finished after 250 s.
 TEST_TIMEOUT=${TEST_TIMEOUT:-$([ "$MODE" = quick ] && echo 300 || echo 560)}

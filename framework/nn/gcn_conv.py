@@ -111,8 +111,10 @@ class GCNConv(nn.Module):
         if self.normalize:
             graph = self.normalized(graph, x.dtype)
         h = self.lin(x)
-        if graph.edge_weight is not None:  # under autocast h is float16/bfloat16: summed with float32 weights in
-            h = h.to(torch.promote_types(h.dtype, graph.edge_weight.dtype))  # float32, as PyG's w * x_j is
+        if graph.edge_weight is not None and torch.is_autocast_enabled(h.device.type):
+            # h is float16/bfloat16 there: summed with the float32 weights in float32, as PyG's w * x_j is (a model
+            # in bfloat16 without autocast keeps bfloat16 features, its weights being float32: see normalized)
+            h = h.to(torch.promote_types(h.dtype, graph.edge_weight.dtype))
         out = aggregate(graph, h, reduce="sum", backend=self.backend)
         return out if self.bias is None else out + self.bias
 

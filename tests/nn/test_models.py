@@ -213,6 +213,27 @@ def test_gat_runs_under_bf16_autocast():
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
+def test_models_keep_the_dtype_of_their_parameters(name):
+    """A bfloat16 model (no autocast) gives bfloat16 features from layer to layer, and a float32 model float32 ones
+    under a float64 default dtype, as PyG's do: GCNConv had summed with its float32 (default-dtype) normalisation
+    weights in float32, and the next layer refused the features."""
+    graph = make_graph_case("duplicates")
+    x = torch.randn(graph.num_nodes, IN)
+    torch.manual_seed(0)
+    model = _model(name).eval()
+    full = model(x, graph)
+    half = model.bfloat16()(x.bfloat16(), graph)
+    assert half.dtype == torch.bfloat16
+    torch.testing.assert_close(half.float(), full, rtol=0.1, atol=0.1)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert model.float()(x, make_graph_case("duplicates")).dtype == torch.float32
+    finally:
+        torch.set_default_dtype(previous)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
 def test_features_of_another_dtype_are_named(name):
     """float64 features (torch.from_numpy) failed inside torch's matmul: 'expected m1 and m2 to have the same dtype'."""
     model = _model(name)

@@ -49,7 +49,7 @@ def _weighted_in_degree(graph: Graph) -> tuple[Tensor, Tensor]:
     if weight is None:
         weight = torch.ones(graph.num_edges, device=graph.device)
     acc = torch.promote_types(weight.dtype, torch.float32)
-    deg = torch.zeros(graph.num_dst, dtype=acc, device=graph.device).index_add_(0, graph.edge_index[1], weight.to(acc))
+    deg = torch.zeros(graph.num_dst, dtype=acc, device=graph.device).index_add(0, graph.edge_index[1], weight.to(acc))
     return weight, deg
 
 

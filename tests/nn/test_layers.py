@@ -512,6 +512,17 @@ def test_gcn_without_normalisation_matches_pyg(case, graph_input):
         GCNConv(IN, OUT, normalize=False, add_self_loops=True)
 
 
+def test_gcn_edge_weight_argument_under_vmap_matches_a_loop():
+    """torch.func.vmap over the call's weights (an ensemble of weightings), as PyG's GCNConv allows: the degree
+    count wrote in place into an unbatched tensor, which vmap refuses."""
+    graph = _graph("self_loops")
+    gen = torch.Generator().manual_seed(8)
+    x, weights = torch.randn(graph.num_nodes, IN, generator=gen), torch.rand(3, graph.num_edges, generator=gen)
+    conv = _pair("gcn")[0]
+    batched = torch.func.vmap(lambda w: conv(x, graph.edge_index, w))(weights)
+    torch.testing.assert_close(batched, torch.stack([conv(x, graph.edge_index, w) for w in weights]), **TOL)
+
+
 def test_gcn_edge_weight_argument_is_checked_by_the_layer():
     graph, conv = _graph("duplicates"), GCNConv(IN, OUT)
     x = torch.randn(graph.num_nodes, IN)

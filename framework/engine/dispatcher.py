@@ -71,10 +71,22 @@ _generation = 0  # bumped by every (un)registration: part of resolve_cached's ke
 
 
 def register_backend(backend: Backend) -> None:
-    """Add (or replace) a backend under ``backend.name``."""
+    """Add (or replace) a backend under ``backend.name`` (not ``"auto"``, nor GAT's ``"fused"``)."""
+    if not isinstance(backend, Backend):
+        raise TypeError(f"register_backend: backend must be a graphfuse.engine.Backend; got {type(backend).__name__}")
+    if not isinstance(backend.name, str) or backend.name in ("", "auto", "fused"):
+        raise ValueError(f"register_backend: Backend.name must be a str other than '', 'auto' and 'fused' (names "
+                         f"the engine gives a meaning of its own); got {backend.name!r}")
     unknown = set(backend.ops) - set(OPS)
     if unknown:
         raise ValueError(f"register_backend: unknown ops {sorted(unknown)}; valid ops are {list(OPS)}")
+    if not all(callable(fn) for fn in backend.ops.values()):
+        raise TypeError(f"register_backend: Backend.ops must map op names to callables; got {dict(backend.ops)!r}")
+    for field_name in ("devices", "deterministic_on"):
+        devices = getattr(backend, field_name)
+        if not isinstance(devices, (set, frozenset)) or not all(isinstance(d, str) for d in devices):
+            raise TypeError(f"register_backend: Backend.{field_name} must be a set of device types (str), e.g. "
+                            f"frozenset({{'cuda'}}); got {devices!r}")
     _REGISTRY[backend.name] = backend
     _registry_changed()
 

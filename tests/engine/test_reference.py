@@ -155,6 +155,35 @@ def test_validation_errors(call, error, pattern):
         call(make_graph_case("unsorted"))
 
 
+@pytest.mark.parametrize(
+    "backend, error, pattern",
+    [
+        ("reference", TypeError, "backend must be a graphfuse.engine.Backend; got str"),
+        # an int name was registered and broke every later "unknown backend" message (sorting the names)
+        (Backend(name=3, ops={"aggregate": reference.aggregate}, devices=frozenset({"cpu"})), ValueError,
+         "Backend.name must be a str other than"),
+        (Backend(name="auto", ops={"aggregate": reference.aggregate}, devices=frozenset({"cpu"})), ValueError,
+         "got 'auto'"),
+        (Backend(name="fused", ops={"aggregate": reference.aggregate}, devices=frozenset({"cpu"})), ValueError,
+         "got 'fused'"),
+        (Backend(name="x", ops={"aggregate": "not callable"}, devices=frozenset({"cpu"})), TypeError,
+         "Backend.ops must map op names to callables"),
+        # a str was matched by substring ("c" in "cpu")
+        (Backend(name="x", ops={"aggregate": reference.aggregate}, devices="cpu"), TypeError,
+         r"Backend.devices must be a set of device types"),
+        (Backend(name="x", ops={"aggregate": reference.aggregate}, devices=frozenset({"cpu"}), deterministic_on="cpu"),
+         TypeError, r"Backend.deterministic_on must be a set of device types"),
+    ],
+)
+def test_register_backend_checks_its_argument(backend, error, pattern):
+    before = graphfuse.engine.registered_backends()
+    with pytest.raises(error, match=pattern):
+        register_backend(backend)
+    assert graphfuse.engine.registered_backends() == before
+    with pytest.raises(ValueError, match="unknown backend 'typo'"):
+        graphfuse.aggregate(make_graph_case("unsorted"), torch.randn(50, 4), backend="typo")
+
+
 def test_cuda_only_backend_refuses_cpu_tensors_and_auto_skips_it():
     fake = Backend(name="fake_cuda", ops={"aggregate": reference.aggregate}, devices=frozenset({"cuda"}),
                    deterministic_on=frozenset({"cuda"}), priority=10)

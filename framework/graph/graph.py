@@ -62,6 +62,17 @@ def _movable(value: Any) -> bool:
     return isinstance(value, (Tensor, Graph))
 
 
+def _size(name: str, value: object) -> int | None:
+    """A node count as an int: a Python or NumPy integer, or a 0-d integer tensor (PyG's ``Data.num_nodes`` can be
+    one, and ``x.size(0)`` is one under ``torch.jit.trace``)."""
+    if isinstance(value, Tensor) and value.dim() == 0 and not value.is_floating_point() and not value.is_complex() \
+            and value.dtype != torch.bool:
+        value = int(value)
+    if value is not None and (not is_int(value) or value < 0):
+        raise ValueError(f"Graph: {name} must be a non-negative int; got {value!r}")
+    return None if value is None else int(value)
+
+
 def _version(t: Tensor) -> int | None:
     """``t``'s version counter (bumped by every in-place change), None for an inference tensor (it has none)."""
     return None if t.is_inference() else t._version
@@ -110,10 +121,8 @@ class Graph:
             raise ValueError("Graph: give either num_nodes or (num_src, num_dst), not both")
         if (num_src is None) != (num_dst is None):
             raise ValueError(f"Graph: num_src and num_dst go together; got num_src={num_src}, num_dst={num_dst}")
-        for name, value in (("num_nodes", num_nodes), ("num_src", num_src), ("num_dst", num_dst)):
-            if value is not None and (not is_int(value) or value < 0):
-                raise ValueError(f"Graph: {name} must be a non-negative int; got {value!r}")
-        num_nodes, num_src, num_dst = (None if v is None else int(v) for v in (num_nodes, num_src, num_dst))
+        num_nodes, num_src, num_dst = (_size(name, value) for name, value in
+                                       (("num_nodes", num_nodes), ("num_src", num_src), ("num_dst", num_dst)))
         if num_src is None:
             if num_nodes is None:
                 num_nodes = int(edge_index.max()) + 1 if edge_index.numel() else 0

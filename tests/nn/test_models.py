@@ -8,6 +8,7 @@ import torch.nn.functional as F
 import torch_geometric.nn as pyg_nn
 
 from cases import TOLERANCES, make_graph_case, planted_communities, train_steps
+import graphfuse
 from graphfuse.nn import GAT, GCN, MODELS, GATConv, GCNConv, GraphSAGE, GraphSAINT, SAGEConv
 
 TOL = TOLERANCES[torch.float32]
@@ -231,6 +232,22 @@ def test_models_keep_the_dtype_of_their_parameters(name):
         assert model.float()(x, make_graph_case("duplicates")).dtype == torch.float32
     finally:
         torch.set_default_dtype(previous)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_models_trace_with_torch_jit_for_their_node_count(name):
+    """torch.jit.trace, as PyG's layers allow: x.size(0) is a 0-d tensor there, which Graph refused as num_nodes.
+    The trace keeps the node count (a graph of another size is refused by the trace), and takes other edges."""
+    graph = make_graph_case("duplicates")
+    gen = torch.Generator().manual_seed(5)
+    other = graphfuse.Graph(torch.randint(0, graph.num_nodes, (2, 2 * graph.num_edges), generator=gen),
+                            num_nodes=graph.num_nodes)
+    x, y = (torch.randn(graph.num_nodes, IN, generator=gen) for _ in range(2))
+    model = _model(name).eval()
+    with pytest.warns(torch.jit.TracerWarning):
+        traced = torch.jit.trace(model, (x, graph.edge_index))
+    torch.testing.assert_close(traced(y, other.edge_index), model(y, other.edge_index), **TOL)
+    assert graphfuse.Graph(graph.edge_index, num_nodes=torch.tensor(graph.num_nodes)).num_nodes == graph.num_nodes
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))

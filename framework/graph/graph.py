@@ -339,7 +339,11 @@ class Graph:
         return cls(data.edge_index, num_nodes=data.num_nodes, edge_weight=weight)
 
     def to_pyg(self) -> Any:
-        """A ``torch_geometric.data.Data`` holding ``edge_index``, ``num_nodes`` and ``edge_weight``."""
+        """A ``torch_geometric.data.Data`` holding ``edge_index``, ``num_nodes`` and ``edge_weight`` (of a square
+        graph: a Data holds one node set)."""
+        if self.is_bipartite:
+            raise ValueError(f"to_pyg: a Data holds one node set, and this graph is a bipartite block ({self}); "
+                             "give it num_nodes (Graph(edge_index, num_nodes=...)) to read both sides as one set")
         from torch_geometric.data import Data
 
         data = Data(edge_index=self.edge_index, num_nodes=self.num_nodes)

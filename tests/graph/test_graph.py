@@ -131,6 +131,9 @@ def test_pyg_round_trip():
     assert weights.edge_weight is not None  # a 1-D float edge_attr is a weight
     types = Graph.from_pyg(Data(edge_index=edge_index, num_nodes=3, edge_attr=torch.tensor([0, 2, 1])))
     assert types.edge_weight is None  # edge types are not weights (this raised, naming edge_weight)
+    block = Graph(torch.tensor([[0, 1, 2], [1, 1, 0]]), num_src=3, num_dst=2)
+    with pytest.raises(ValueError, match="to_pyg: a Data holds one node set, and this graph is a bipartite block"):
+        block.to_pyg()  # was "num_nodes is undefined ...; use num_src / num_dst", which to_pyg's caller cannot do
 
 
 @pytest.mark.parametrize("weighted, improved", [(False, False), (True, False), (True, True)])

@@ -47,14 +47,14 @@ from graphfuse.samplers.subgraph import _check_square, check_node_ids
 
 
 def make_generator(device: torch.device, seed: int | None, owner: str = "make_generator") -> torch.Generator:
-    """A generator on ``device`` seeded with ``seed`` (a fresh random seed when None); ``owner`` leads the error
-    message of a bad seed."""
+    """A generator on ``device`` seeded with ``seed``, or when None with a seed drawn from torch's global
+    generator, so that ``torch.manual_seed`` makes the batches reproducible as it does PyG's loaders'; ``owner``
+    leads the error message of a bad seed."""
     check_seed(owner, seed, none_ok=True)
-    generator = torch.Generator(device=device)
     if seed is None:
-        generator.seed()
-    else:
-        generator.manual_seed(int(seed))  # the check takes NumPy integers; manual_seed takes an int only
+        seed = int(torch.randint(0, 2**63 - 1, ()))
+    generator = torch.Generator(device=device)
+    generator.manual_seed(int(seed))  # the check takes NumPy integers; manual_seed takes an int only
     return generator
 
 
@@ -131,7 +131,8 @@ class SaintLoader:
         train_mask: training nodes (needed for ``"paper"``; defaults to ``node_data["train_mask"]``); batches
             carry it as ``batch.train_mask`` in either case, so that a loss can be restricted to them.
         cache_dir: where normalisation coefficients are cached (None: not cached).
-        seed: seeds the batch generator; the normalisation is pre-sampled with
+        seed: seeds the batch generator (None: a seed drawn from torch's global generator, which
+            ``torch.manual_seed`` sets); the normalisation is pre-sampled with
             :func:`~graphfuse.samplers.presampling_seed` of it (of 0 when None), a different random
             stream, so the batches are not the pre-sampled subgraphs.
         normalize_edges: give each batch graph ``edge_weight = edge_norm · w`` (``w`` = the full graph's edge
@@ -273,7 +274,8 @@ class NeighborLoader:
         drop_last: drop the last batch when it has fewer than ``batch_size`` seeds.
         replace, subgraph_type, disjoint: see :class:`~graphfuse.samplers.NeighborSampler`.
         x, y, node_data: per-node tensors to gather.
-        seed: seeds the loader's generator (shuffling and sampling).
+        seed: seeds the loader's generator (shuffling and sampling); None: a seed drawn from torch's global
+            generator, which ``torch.manual_seed`` sets.
 
     Shapes:
         input_nodes: (N,) bool or (B_total,) int64; x: (N, F); y: (N,).

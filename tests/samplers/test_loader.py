@@ -176,6 +176,23 @@ def test_neighbor_loader_is_reproducible_by_seed(device):
     assert not all(torch.equal(p[0], q[0]) for p, q in zip(a, c))
 
 
+@pytest.mark.parametrize("loader", ["neighbor", "saint"])
+def test_loaders_without_a_seed_follow_torch_manual_seed(loader, device):
+    """seed=None drew a fresh OS seed, so torch.manual_seed did not reproduce the batches (PyG's loaders follow
+    torch's global generator)."""
+    graph = make_graph_case("hub", device)
+
+    def run(global_seed):
+        torch.manual_seed(global_seed)
+        batches = (NeighborLoader(graph, [4, 3], batch_size=16, shuffle=True) if loader == "neighbor"
+                   else SaintLoader(graph, SaintRandomWalkSampler(10, 2), num_steps=3))
+        return [b.n_id for b in batches]
+
+    a, b, c = run(1), run(1), run(2)
+    assert all(torch.equal(p, q) for p, q in zip(a, b, strict=True))
+    assert not all(p.shape == q.shape and torch.equal(p, q) for p, q in zip(a, c))
+
+
 @pytest.mark.parametrize("subgraph_type", ["directional", "bidirectional", "induced"])
 @pytest.mark.parametrize("disjoint", [False, True])
 @pytest.mark.parametrize("replace", [False, True])

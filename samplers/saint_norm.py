@@ -362,8 +362,9 @@ def _save_cached(path: Path, key: dict, result: SaintNorm, device: torch.device)
 def presampling_seed(seed: int) -> int:
     """The pre-sampling seed a loader seeded with ``seed`` uses: a digest of it in [0, 2**63), so that the
     pre-sampling stream is not the loader's batch stream (with one seed, the first batches would be the first
-    pre-sampled subgraphs, whose nodes are then certain to have non-zero counts), nor a trainer's epoch stream."""
-    digest = hashlib.blake2b(f"graphfuse.saint_norm:{seed}".encode(), digest_size=8).digest()
+    pre-sampled subgraphs, whose nodes are then certain to have non-zero counts), nor a trainer's epoch stream.
+    Seeds equal modulo 2**64 (as ``torch.manual_seed`` reads them, e.g. -1 and 2**64 - 1) give the same digest."""
+    digest = hashlib.blake2b(f"graphfuse.saint_norm:{int(seed) % 2**64}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") >> 1
 
 

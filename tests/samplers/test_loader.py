@@ -527,3 +527,5 @@ def test_the_normalisation_is_pre_sampled_from_the_loaders_own_seed():
         assert torch.equal(loader.saint_norm.node_count, expected.node_count)
         assert torch.equal(loader.saint_norm.edge_norm, expected.edge_norm)
     assert not torch.equal(loaders[5].saint_norm.node_count, loaders[6].saint_norm.node_count)
+    # seeds torch reads as one (modulo 2**64) draw the same batches, and now pre-sample the same normalisation
+    assert presampling_seed(-1) == presampling_seed(2**64 - 1) != presampling_seed(1)

@@ -394,10 +394,13 @@ def test_training_nodes_the_sampler_can_never_draw_are_warned_about():
         (SaintRandomWalkSampler(2, 1), "paper", None),
         (SaintNodeSampler(budget=4), "pyg", "1 of 5 training nodes can never be drawn by the saint_node sampler"),
         (SaintEdgeSampler(budget=4), "pyg", None),
+        # without a training mask every node counts, and the warning says nodes (it said training nodes)
+        (SaintNodeSampler(budget=4), "no mask", "1 of 6 nodes can never be drawn by the saint_node sampler"),
     ]
     for sampler, norm, message in cases:
-        make = lambda: SaintLoader(graph, sampler, num_steps=1, norm=norm, x=x, y=y, train_mask=train,  # noqa: E731
-                                   sample_coverage=0)
+        mask = None if norm == "no mask" else train
+        make = lambda: SaintLoader(graph, sampler, num_steps=1, norm="pyg" if mask is None else norm,  # noqa: E731
+                                   x=x, y=y, train_mask=mask, sample_coverage=0)
         if message is None:
             with warnings.catch_warnings():
                 warnings.simplefilter("error")

@@ -6,7 +6,9 @@ Geometric twin (``model.name=pyg_gcn`` / ``pyg_gat``): the same data, split, lay
 hyper-parameters with PyG's ``GCNConv`` / ``GATConv`` in place of graphfuse's.
 
 Results are merged into an existing accuracy.json (entries that were re-run are replaced), and accuracy.md is
-regenerated from the merged file.
+regenerated from the merged file. A sweep that was stopped (SIGTERM, Ctrl-C) continues with the same command and
+``--resume``: each seed's finished run of the same settings is kept, the one that was stopped continues from its
+last.ckpt, and the others start.
 
 Examples:
     python scripts/reproduce.py --experiments gcn_cora gat_cora sage_cora --seeds 5
@@ -119,6 +121,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="folder of accuracy.json and accuracy.md (default docs/results)")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/reproduce"),
                         help="folder of the run directories <name>/seed<k> (default runs/reproduce)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue a stopped sweep: keep each seed's finished run of the same settings, continue "
+                             "a stopped one from its last.ckpt, start the others")
     parser.add_argument("overrides", nargs="*", metavar="key=value",
                         help="config overrides applied to every run, e.g. trainer.accelerator=cpu (before "
                              "--experiments, or after --)")
@@ -131,6 +136,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     keys = {item.partition("=")[0].lstrip("+") for item in args.overrides}
     if "experiment" in keys:  # it replaced every --experiments entry, whose names the results then carried
         parser.error("experiment cannot be overridden: name the experiments with --experiments")
+    if "trainer.resume" in keys:  # it applied to every seed, and a seed with no last.ckpt was refused
+        parser.error("trainer.resume cannot be overridden: --resume continues a stopped sweep seed by seed")
     overridden = sorted(keys & {"seed", "output_dir"})
     if overridden:
         parser.error(f"{', '.join(overridden)} cannot be overridden: every seed 0..N-1 runs in its own directory "
@@ -144,8 +151,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     from graphfuse.data import DatasetNotFoundError
     from graphfuse.trainers.cli import interrupted, quiet_lightning
-    from graphfuse.trainers.config import ConfigError, load_config
-    from graphfuse.trainers.run import train
+    from graphfuse.trainers.config import ConfigError, load_config, resolved_output_dir
+    from graphfuse.trainers.run import finished_run, train
 
     quiet_lightning()
     results: dict[str, dict[str, Any]] = {}
@@ -163,9 +170,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                         f"experiment={experiment}", f"seed={seed}", "trainer.progress_bar=false",
                         f"output_dir={args.runs_dir / name / f'seed{seed}'}", *overrides,
                     ])
-                    metrics = train(cfg, verbose=False)
+                    metrics = finished_run(cfg) if args.resume else None
+                    kept = metrics is not None
+                    if not kept:
+                        last = resolved_output_dir(cfg) / "checkpoints" / "last.ckpt"
+                        cfg.trainer.resume = args.resume and last.is_file()
+                        metrics = train(cfg, verbose=False)
                     print(f"{name} seed {seed}: test acc {metrics['test']['acc']:.4f} (best epoch "
-                          f"{metrics['best_epoch']}, {metrics['wall_time_s']:.1f} s)", flush=True)
+                          f"{metrics['best_epoch']}, {metrics['wall_time_s']:.1f} s{', kept' if kept else ''})",
+                          flush=True)
                     runs.append(metrics)
                 results[name] = summarize(name, experiment, runs, overrides)
                 r = results[name]
@@ -175,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               "earlier runs)", file=sys.stderr)
         status = 2
     except (KeyboardInterrupt, SystemExit) as stop:  # SIGTERM or Ctrl-C inside a run
-        status = interrupted("reproduce", stop, cfg)
+        status = interrupted("reproduce", stop, cfg, "run the same command with --resume")
     if not results:
         return status
     args.out.mkdir(parents=True, exist_ok=True)  # the experiments that finished are kept

@@ -37,9 +37,11 @@ def _fail(message: str) -> int:
     return 2
 
 
-def interrupted(prog: str, stop: BaseException, cfg: DictConfig | None = None) -> int:
+def interrupted(prog: str, stop: BaseException, cfg: DictConfig | None = None,
+                resume: str = "run again with trainer.resume=true") -> int:
     """The exit status of a run stopped by SIGTERM (143) or Ctrl-C (130), with a line on stderr saying whether the
-    run of ``cfg`` (None before its config is composed) has a last.ckpt to resume from. Lightning turns SIGTERM
+    run of ``cfg`` (None before its config is composed) has a last.ckpt to resume from (``resume``: how to continue
+    it). Lightning turns SIGTERM
     into a SystemExit without a code (status 0: a preempted job looked finished) and Ctrl-C into
     ``sys.exit(1)``."""
     from graphfuse.trainers.config import resolved_output_dir
@@ -51,8 +53,8 @@ def interrupted(prog: str, stop: BaseException, cfg: DictConfig | None = None) -
     what, status = ("SIGTERM", 143) if sigterm else ("an interrupt", 130)
     last = None if cfg is None else resolved_output_dir(cfg) / "checkpoints" / "last.ckpt"
     if last is not None and last.is_file():
-        print(f"{prog}: stopped by {what}; {last} holds the last finished epoch: run again with trainer.resume=true "
-              "to continue", file=sys.stderr)
+        print(f"{prog}: stopped by {what}; {last} holds the last finished epoch: {resume} to continue",
+              file=sys.stderr)
     else:
         print(f"{prog}: stopped by {what} before an epoch finished; nothing to resume", file=sys.stderr)
     return status

@@ -250,7 +250,7 @@ def _check_rerun(out: Path, resolved: dict[str, Any]) -> None:
             f"at another folder (e.g. output_dir={free}), or move them."
         )
     old, new = _flat(earlier), _flat(resolved)
-    changed = sorted(k for k in {*old, *new} if not k.startswith(RERUN_FREE) and old.get(k) != new.get(k))
+    changed = _changed(old, new)
     if changed:
         shown = ", ".join(f"{k}={_cli_value(old.get(k))} (this run: {_cli_value(new.get(k))})" for k in changed[:4])
         # a resume may change optimiser, trainer and sampler settings, not the data, model or seed
@@ -260,6 +260,27 @@ def _check_rerun(out: Path, resolved: dict[str, Any]) -> None:
             f"fresh run would replace its checkpoints. Give this run another folder (e.g. output_dir={free})"
             f"{', continue that run with trainer.resume=true' if resumable else ''}, or delete the folder."
         )
+
+
+def _changed(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """The flattened settings that differ between two runs, apart from :data:`RERUN_FREE`."""
+    return sorted(k for k in {*old, *new} if not k.startswith(RERUN_FREE) and old.get(k) != new.get(k))
+
+
+def finished_run(cfg: DictConfig) -> dict[str, Any] | None:
+    """The metrics.json content of a finished run of ``cfg``'s settings (apart from :data:`RERUN_FREE`) in its
+    output_dir, or None: what a stopped sweep (scripts/reproduce.py --resume) keeps instead of training it again.
+    A fresh run removes metrics.json when it starts, so the file is only there when that run finished."""
+    out = resolved_output_dir(cfg).resolve()
+    try:
+        metrics = json.loads((out / "metrics.json").read_text())
+        earlier = OmegaConf.to_container(OmegaConf.load(out / "config.yaml"))
+    except Exception:  # noqa: BLE001 - absent, unreadable or not a run's: nothing finished there
+        return None
+    if not isinstance(earlier, dict) or not isinstance(metrics, dict):
+        return None
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    return None if _changed(_flat(earlier), _flat(resolved)) else metrics
 
 
 def _free_folder(out: Path) -> Path:

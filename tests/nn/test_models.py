@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 import torch_geometric.nn as pyg_nn
 
-from cases import TOLERANCES, make_graph_case, planted_communities, train_steps
 import graphfuse
+from cases import TOLERANCES, make_graph_case, planted_communities, train_steps
 from graphfuse.nn import GAT, GCN, MODELS, GATConv, GCNConv, GraphSAGE, GraphSAINT, SAGEConv
 
 TOL = TOLERANCES[torch.float32]

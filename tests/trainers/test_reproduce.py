@@ -180,3 +180,36 @@ def test_arguments_that_would_train_nothing_or_mix_seeds_are_refused(argv, messa
         reproduce.main(["--experiments", "gcn_synthetic", "--out", str(tmp_path / "r"), *argv])
     assert stop.value.code == 2 and message in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
+
+
+def test_a_stopped_sweep_continues_with_resume(tmp_path, tiny_settings, monkeypatch, capsys):
+    """A sweep stopped during seed 1 told the user to rerun with trainer.resume=true, which then applied to every
+    seed: the finished seed 0 was tested again and seed 2, with no checkpoint, was refused (exit 2, no results);
+    rerunning without it replaced every finished run. --resume keeps, continues and starts seed by seed."""
+    import graphfuse.trainers.run as run
+
+    reproduce = _load_script()
+    settings = [item for item in tiny_settings if not item.startswith("experiment=")]
+    runs, out = tmp_path / "runs", tmp_path / "results"
+
+    def sweep(seeds, *extra):  # extra: --resume, or one more override
+        flags = [e for e in extra if e.startswith("--")]
+        overrides = [e for e in extra if not e.startswith("--")]
+        return reproduce.main(["--seeds", str(seeds), "--out", str(out), "--runs-dir", str(runs), *flags,
+                               "--experiments", "gcn_synthetic", "--", *settings, "trainer.max_epochs=2",
+                               *overrides])
+
+    assert sweep(2) == 0
+    first = json.loads((out / "accuracy.json").read_text())["results"]["gcn_synthetic"]
+    (runs / "gcn_synthetic" / "seed1" / "metrics.json").unlink()  # seed 1 stopped after its last.ckpt
+    calls, real = [], run.train
+    monkeypatch.setattr(run, "train", lambda cfg, verbose=True: calls.append((cfg.seed, cfg.trainer.resume))
+                        or real(cfg, verbose=verbose))
+    assert sweep(3, "--resume") == 0
+    assert calls == [(1, True), (2, False)]  # seed 0 kept, seed 1 continued (tested), seed 2 started
+    entry = json.loads((out / "accuracy.json").read_text())["results"]["gcn_synthetic"]
+    assert entry["seeds"] == [0, 1, 2] and entry["test_acc"][:2] == first["test_acc"]
+    assert "gcn_synthetic seed 0: test acc" in capsys.readouterr().out.split("kept)")[0]
+    with pytest.raises(SystemExit) as stop:  # it would apply to every seed: --resume does it per seed
+        sweep(1, "trainer.resume=true")
+    assert stop.value.code == 2 and "trainer.resume cannot be overridden" in capsys.readouterr().err

@@ -380,6 +380,7 @@ def test_gatconv_under_autocast_on_cuda_sums_in_float32_with_the_fused_kernels(m
     fused_calls = []
     run = attention.run
     monkeypatch.setattr(attention, "run", lambda fn, *a: fused_calls.append(fn.__name__) or run(fn, *a))
+    names = ["out", "x", *(name for name, _ in conv.named_parameters())]
     results = {}
     for backend in (None, "fused", "reference"):
         conv.backend = backend
@@ -390,8 +391,12 @@ def test_gatconv_under_autocast_on_cuda_sums_in_float32_with_the_fused_kernels(m
         results[backend] = (out, *torch.autograd.grad(out.square().sum(), [x_grad, *conv.parameters()]))
     assert fused_calls.count("FusedGatAggregate") == 2  # the default and "fused", not "reference"
     for backend in (None, "fused"):
-        for got, want in zip(results[backend], results["reference"]):
-            torch.testing.assert_close(got, want, **TOL[torch.float32])
+        for name, got, want in zip(names, results[backend], results["reference"], strict=True):
+            # the gradients of x and of the linear weight pass the bfloat16 product's backward: float32 sums in
+            # another order (the reference's atomics) round to a neighbouring bfloat16 (seen: 3 of 12,000)
+            tol = (dict(rtol=2**-7, atol=2**-7 * want.abs().max().item()) if name in ("x", "lin.weight")
+                   else TOL[torch.float32])
+            torch.testing.assert_close(got, want, **tol, msg=lambda m, name=name: f"{backend} {name}: {m}")
 
 
 def test_attention_launchers_check_before_reading_their_arguments():

@@ -290,8 +290,10 @@ def test_gcn_under_autocast_on_cuda_sums_in_float32(backend):
             out = conv(x_grad, graph)
         assert out.dtype == torch.float32
         results.append((out, *torch.autograd.grad(out.square().sum(), [x_grad, conv.lin.weight])))
-    for got, want in zip(*results):
-        torch.testing.assert_close(got, want, **TOL)
+    out, *grads = results[0]
+    torch.testing.assert_close(out, results[1][0], **TOL)
+    for got, want in zip(grads, results[1][1:]):  # through the bfloat16 product's backward: sums of another order
+        torch.testing.assert_close(got, want, rtol=2**-7, atol=2**-7 * want.abs().max().item())  # may round apart
 
 
 def test_gat_return_attention_weights_takes_a_bool_or_none():

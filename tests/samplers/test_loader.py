@@ -462,9 +462,20 @@ def _full_batch() -> Batch:
 
 
 def test_batch_to_moves_every_tensor():
-    moved = _full_batch().to("meta")
-    for name in ("n_id", "e_id", "x", "y", "batch", "input_id"):
-        assert getattr(moved, name).device.type == "meta", name
+    """Every tensor field, the graph (edges and weights) and node_data's values: found by review to have been
+    checked for six named fields only."""
+    batch = _full_batch()
+    moved = batch.to("meta")
+    checked = 0
+    for f in dataclasses.fields(Batch):
+        value = getattr(moved, f.name)
+        tensors = ([value] if isinstance(value, torch.Tensor) else
+                   [value.edge_index, value.edge_weight] if isinstance(value, graphfuse.Graph) else
+                   list(value.values()) if isinstance(value, dict) else [])
+        for t in tensors:
+            assert t is None or t.device.type == "meta", f.name
+            checked += t is not None
+    assert checked >= 11  # n_id, e_id, x, y, batch, input_id, the norms, the graph's two tensors, node_data's
 
 
 def test_to_pyg_keeps_edge_weights():

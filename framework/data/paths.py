@@ -90,8 +90,9 @@ def mirror_hint(relative: str, file_names: list[str] = ()) -> str:
 
 
 def copy_from_mirror(relative: str, dest: Path, file_names: list[str]) -> bool:
-    """Copy ``file_names`` from the mirror folder ``relative`` into ``dest``: those missing there, and those whose
-    size differs from the mirror's (a partial file left by an interrupted download was kept forever).
+    """Copy ``file_names`` from the mirror folder ``relative`` into ``dest``: those missing there, those whose
+    size differs from the mirror's (a partial file left by an interrupted download was kept forever) and those
+    the mirror changed after they were copied.
 
     Copies contents only (``shutil.copyfile``), so the copies are writable even though the mirror is not. Each
     file is copied to a temporary name and renamed into place, so an interrupted copy never leaves a partial
@@ -123,10 +124,13 @@ def copy_tree_from_mirror(relative: str, dest: Path, skip: tuple[str, ...] = ())
 
 
 def _copy_file(source: Path, dest: Path) -> None:
-    """Copy ``source``'s contents to ``dest`` when it is missing there or its size differs, through a temporary
-    name renamed into place."""
-    if dest.is_file() and dest.stat().st_size == source.stat().st_size:
-        return
+    """Copy ``source``'s contents to ``dest`` when it is missing there, its size differs or ``source`` changed
+    after the copy was made (a file of the same size with other contents was kept), through a temporary name
+    renamed into place."""
+    if dest.is_file():
+        here, there = dest.stat(), source.stat()
+        if here.st_size == there.st_size and here.st_mtime_ns >= there.st_mtime_ns:
+            return
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f"{dest.name}.tmp{os.getpid()}")
     try:

@@ -3,8 +3,9 @@
 Read by ``torch_geometric.datasets.Planetoid(root / "planetoid", "Cora")``. When ``$GRAPHFUSE_DATA_MIRROR``
 holds ``planetoid/Cora/raw/ind.cora.*``, those raw files are first copied into
 ``root/planetoid/Cora/raw`` so that Planetoid finds them and does not download (a copy whose size differs
-from the mirror's is replaced); otherwise Planetoid downloads them, and a failed download, or raw files that
-cannot be read, raise :class:`DatasetNotFoundError`. Loads into one root hold a lock on
+from the mirror's, or that the mirror changed after it was copied, is replaced); otherwise Planetoid downloads
+them, and a failed download, or raw files that cannot be read, raise :class:`DatasetNotFoundError`. Raw files
+newer than the processed ones are processed again, with a warning (PyG's Planetoid keeps its processed files). Loads into one root hold a lock on
 ``root/planetoid/.lock``, so parallel runs never read files another is writing. Processed files in
 ``root/planetoid/Cora/processed`` that cannot be read (a run stopped while Planetoid wrote them), or that PyG's
 Planetoid wrote with a ``pre_transform`` or ``pre_filter``, are rebuilt from the raw files, with a warning.
@@ -57,6 +58,14 @@ def _has_files(folder: Path) -> bool:
     return folder.is_dir() and any(folder.iterdir())
 
 
+def _raw_newer(raw_dir: Path, data: Path) -> list[str]:
+    """The raw files modified after the processed ``data`` file was written (none when it does not exist)."""
+    if not data.is_file():
+        return []
+    written = data.stat().st_mtime_ns
+    return [f for f in RAW_FILES if (raw_dir / f).is_file() and (raw_dir / f).stat().st_mtime_ns > written]
+
+
 def _load(root: Path, folder: Path, download: bool) -> Any:
     """Cora's PyG ``Data``, with the raw files copied from the mirror first and unreadable processed files
     rebuilt (see the module docstring)."""
@@ -69,10 +78,14 @@ def _load(root: Path, folder: Path, download: bool) -> Any:
     planetoid = _planetoid_class()
     processed = folder / "processed"
     had_processed = _has_files(processed)
+    changed = _raw_newer(raw_dir, processed / "data.pt")
+    if changed:
+        log.warning("cora: processing the raw files in %s again: %s changed after %s was written", raw_dir,
+                    ", ".join(changed), processed / "data.pt")
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            data = planetoid(str(root / "planetoid"), "Cora")[0]
+            data = planetoid(str(root / "planetoid"), "Cora", force_reload=bool(changed))[0]
     except DatasetNotFoundError:
         raise
     except Exception as exc:  # Planetoid does not process again when its files exist, so they failed to read

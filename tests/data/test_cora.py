@@ -93,6 +93,40 @@ def test_processed_files_of_another_pre_transform_are_rebuilt(mirror, tmp_path, 
     assert torch.equal(again.x, plain.x) and set(again.x.unique().tolist()) == {0.0, 1.0}
 
 
+def test_raw_files_the_mirror_changed_are_copied_and_processed_again(mirror, tmp_path, monkeypatch, caplog):
+    """The processed graph was kept after the mirror's raw files changed (PyG's Planetoid processes only when its
+    processed files are missing), and a changed raw file of the same size was not even copied."""
+    import os
+    import shutil
+
+    changed = tmp_path / "mirror"
+    shutil.copytree(mirror / "planetoid" / "Cora" / "raw", changed / "planetoid" / "Cora" / "raw")
+    monkeypatch.setenv("GRAPHFUSE_DATA_MIRROR", str(changed))
+    monkeypatch.setattr(Planetoid, "download", _no_download)
+    before = load_dataset("cora", tmp_path / "root")
+    folder = tmp_path / "root" / "planetoid" / "Cora"
+    past = (folder / "processed" / "data.pt").stat().st_mtime_ns - 10**10
+    for made in [folder / "processed" / "data.pt", *(folder / "raw" / f for f in RAW_FILES)]:
+        os.utime(made, ns=(past, past))  # copied and processed a while ago
+    index = changed / "planetoid" / "Cora" / "raw" / "ind.cora.test.index"
+    size = index.stat().st_size
+    lines = index.read_bytes().split(b"\n")
+    other = next(i for i, v in enumerate(lines) if len(v) == len(lines[0]) and v != lines[0])
+    lines[0], lines[other] = lines[other], lines[0]  # two test nodes swap places: the same size
+    index.write_bytes(b"\n".join(lines))
+    assert index.stat().st_size == size
+    with caplog.at_level("WARNING", logger="graphfuse.data.planetoid"):
+        after = load_dataset("cora", tmp_path / "root")
+    assert "processing the raw files in" in caplog.text and "ind.cora.test.index changed" in caplog.text
+    shutil.copytree(changed / "planetoid" / "Cora" / "raw", tmp_path / "fresh" / "Cora" / "raw")
+    pyg = Planetoid(str(tmp_path / "fresh"), "Cora")[0]  # PyG on a fresh copy of the changed files
+    assert torch.equal(after.x, pyg.x) and torch.equal(after.y, pyg.y) and not torch.equal(after.x, before.x)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="graphfuse.data.planetoid"):
+        load_dataset("cora", tmp_path / "root")
+    assert "processing" not in caplog.text  # once
+
+
 def test_unreadable_mirror_copies_are_not_blamed_on_a_missing_mirror(no_mirror, tmp_path, monkeypatch):
     """Found by review: the message said the mirror 'holds no complete planetoid/Cora/raw/ folder' although
     every file was there (the copies came from it)."""

@@ -395,6 +395,7 @@ def compute_saint_norm(
 
     Example:
         >>> sn = compute_saint_norm(g, SaintRandomWalkSampler(roots=3000, walk_length=2), sample_coverage=50)
+        >>> # batch from SaintLoader(..., train_mask=train_mask), which gives batches their train_mask
         >>> loss = (sn.node_norm[batch.n_id] * per_node_loss)[batch.train_mask].sum()
     """
     _check_square(graph, "compute_saint_norm")

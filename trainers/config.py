@@ -89,8 +89,9 @@ class OptimConfig:
 class TrainerConfig:
     """Lightning Trainer settings plus early stopping, resume and progress display.
 
-    ``patience`` is the number of epochs without a better ``val/acc`` before stopping; 0 or None turns early
-    stopping off; it counts validation checks, which run every ``check_val_every_n_epoch`` epochs (the best
+    ``patience`` is the number of validation checks without a better ``val/acc`` before stopping (epochs when
+    ``check_val_every_n_epoch`` is 1); 0 or None turns early stopping off. Validation runs every
+    ``check_val_every_n_epoch`` epochs (the best
     checkpoint is chosen at those epochs; ``last.ckpt`` is written after every epoch). ``resume`` continues from
     ``<output_dir>/checkpoints/last.ckpt`` (with this run's ``patience`` and ``max_epochs``).
     """
@@ -196,7 +197,7 @@ def is_yaml_path(choice: str) -> bool:
 
 
 def available(group: str) -> list[str]:
-    """Names of the YAML files of ``group`` (``"data"``, ``"model"``, ``"trainer"`` or ``"experiment"``)."""
+    """Names of the YAML files of ``group`` (``"data"``, ``"model"``, ``"trainer"``, ``"sampler"`` or ``"experiment"``)."""
     return sorted(p.stem for p in (config_dir() / group).glob("*.yaml"))
 
 

@@ -233,8 +233,14 @@ def _use_fused(op: str, device: torch.device, dtype: torch.dtype, backend: str |
 
 
 def _seed(dropout: float, training: bool) -> tuple[float, int]:
+    """The fused kernels' dropout rate and mask seed. The seed is drawn on the host, so a CUDA graph would replay
+    one mask forever: refused under capture (the reference's dropout draws a new mask at each replay)."""
     if not training or dropout == 0.0:
         return 0.0, 0
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError("gat: the fused kernels draw their attention-dropout mask seed on the host, so a CUDA "
+                           "graph would replay one mask at every step; capture with backend='reference', or "
+                           "without attention dropout")
     return float(dropout), int(torch.randint(0, 2**62, (1,)).item())
 
 
@@ -352,6 +358,6 @@ def gat_aggregate(
         return reference_gat_aggregate(graph, h, alpha_src, alpha_dst, negative_slope, dropout, training,
                                        None if backend in (None, FUSED) else backend)
     p, seed = _seed(dropout, training)
-    out = run(FusedGatAggregate, graph, h.reshape(h.size(0), -1).contiguous(), alpha_src.contiguous(),
+    out = run(FusedGatAggregate, graph, h.flatten(1).contiguous(), alpha_src.contiguous(),
               alpha_dst.contiguous(), float(negative_slope), p, seed)
     return out.view(graph.num_dst, heads, h.size(2))

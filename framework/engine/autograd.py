@@ -178,7 +178,7 @@ def _flatten(graph: Graph, x: Tensor, w: Tensor | None) -> tuple[Tensor, int]:
     heads = _heads(w)
     if x.dim() == 2 and x.is_contiguous():
         return x, heads
-    return x.reshape(x.size(0), -1).contiguous(), heads
+    return x.flatten(1).contiguous(), heads
 
 
 def _check_dtype(op: str, t: Tensor, what: str = "features") -> None:
@@ -363,8 +363,14 @@ def run(fn: type[torch.autograd.Function], *args: Any) -> Any:
     if torch.is_grad_enabled():
         for a in args:
             if isinstance(a, Tensor) and a.requires_grad:
-                return fn.apply(*args)
+                return fn.apply(*map(_saveable, args))
     return fn.forward(_NoGradContext(), *args)
+
+
+def _saveable(t: Any) -> Any:
+    """``t``, or a copy of it when it is an inference tensor (made under ``torch.inference_mode``), which a
+    Function's forward could not save for backward: features made there, weights that need a gradient."""
+    return t.clone() if isinstance(t, Tensor) and t.is_inference() else t
 
 
 class BoundAggregate:
@@ -392,11 +398,11 @@ class BoundAggregate:
             self.plan = hp_plan(graph, "csr", x, reduce=reduce, weighted=weighted)
 
     def __call__(self, graph: Graph, x: Tensor, edge_weight: Tensor | None, reduce: str) -> Tensor:
-        x2 = x if self.out_shape is None and x.is_contiguous() else x.reshape(x.size(0), -1).contiguous()
+        x2 = x if self.out_shape is None and x.is_contiguous() else x.flatten(1).contiguous()
         if self.one_head:
             edge_weight = edge_weight.view(-1)
         if torch.is_grad_enabled() and (x.requires_grad or (edge_weight is not None and edge_weight.requires_grad)):
-            out = self.fn.apply(graph, x2, edge_weight, reduce, self.heads)
+            out = self.fn.apply(graph, _saveable(x2), _saveable(edge_weight), reduce, self.heads)
         elif self.plan is not None:  # the forward pass without autograd's ctx, as fn.forward would run it
             out = self.plan(x2, _permuted(graph, edge_weight, "csr"))
             if self.pair:
@@ -464,8 +470,8 @@ def sddmm(graph: Graph, a: Tensor, b: Tensor, edge_weight: Tensor | None = None)
     """Engine ``sddmm`` through HP-SDDMM (see :func:`graphfuse.sddmm`). Deterministic."""
     _check_dtype("sddmm", a, "operands")
     heads = a.size(1) if a.dim() == 3 else 1
-    a2 = a.reshape(a.size(0), -1).contiguous()
-    b2 = b.reshape(b.size(0), -1).contiguous()
+    a2 = a.flatten(1).contiguous()  # flatten, not reshape(N, -1): N = 0 rows are fine
+    b2 = b.flatten(1).contiguous()
     out = run(Sddmm, graph, a2, b2, heads)
     if a.dim() == 3:  # (E, H) for per-head inputs, H = 1 included, as the reference gives
         out = out.view(-1, heads)

@@ -208,6 +208,9 @@ class Graph:
         Raises:
             ValueError: ``edge_index`` was changed in place since the graph was built (every cached value could
                 be stale, and the index ranges were checked on the old values).
+            RuntimeError: ``key`` would be built during CUDA graph capture: its tensors would only be written at
+                replay (an eager call before it read unwritten memory), and builds that read sizes on the host
+                cannot be captured; run the call once before capturing (a warm-up, as CUDA graphs need anyway).
         """
         version = self._edge_version  # inline: on a small graph the host time of every call is what it costs
         if version is not None and self._edge_index._version != version:
@@ -217,6 +220,9 @@ class Graph:
                 self._cache.pop(key, None)
             self._weight_stamps[key] = self._weight_stamp()
         if key not in self._cache:
+            if self.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+                raise RuntimeError(f"Graph: {key!r} of {self} would be built during CUDA graph capture; call the op "
+                                   "once on this graph before capturing it (a warm-up)")
             with torch.inference_mode(False):
                 self._cache[key] = build()
         return self._cache[key]

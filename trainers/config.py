@@ -91,9 +91,9 @@ class TrainerConfig:
 
     ``patience`` is the number of validation checks without a better ``val/acc`` before stopping (epochs when
     ``check_val_every_n_epoch`` is 1); 0 or None turns early stopping off. Validation runs every
-    ``check_val_every_n_epoch`` epochs (the best
-    checkpoint is chosen at those epochs; ``last.ckpt`` is written after every epoch). ``resume`` continues from
-    ``<output_dir>/checkpoints/last.ckpt`` (with this run's ``patience`` and ``max_epochs``).
+    ``check_val_every_n_epoch`` epochs (the best checkpoint is chosen at those epochs; ``last.ckpt`` is written
+    after every epoch). ``resume`` continues from ``<output_dir>/checkpoints/last.ckpt`` (with this run's
+    ``patience`` and ``max_epochs``).
     """
 
     max_epochs: int = 200
@@ -197,7 +197,8 @@ def is_yaml_path(choice: str) -> bool:
 
 
 def available(group: str) -> list[str]:
-    """Names of the YAML files of ``group`` (``"data"``, ``"model"``, ``"trainer"``, ``"sampler"`` or ``"experiment"``)."""
+    """Names of the YAML files of ``group`` (``"data"``, ``"model"``, ``"trainer"``, ``"sampler"`` or
+    ``"experiment"``)."""
     return sorted(p.stem for p in (config_dir() / group).glob("*.yaml"))
 
 

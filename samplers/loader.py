@@ -254,8 +254,8 @@ def _warn_undrawable(graph: Graph, sampler, train_mask: Tensor | None, training)
             never = never & train_mask.to(graph.device)
         total = graph.num_nodes if train_mask is None else int(train_mask.sum())
         missed, where = int(never.sum()), "the graph"
-    nodes = "nodes" if training is None and train_mask is None else "training nodes"
-    if missed:
+    if missed:  # norm='paper' (training set) needs a train_mask: without one, every node counts
+        nodes = "nodes" if train_mask is None else "training nodes"
         warnings.warn(f"SaintLoader: {missed} of {total} {nodes} can never be drawn by the {sampler.name} "
                       f"sampler, which keeps only endpoints of edges it draws: they have no "
                       f"{'out-edge' if sampler.name == 'saint_node' else 'edge'} in {where}, so no batch holds "

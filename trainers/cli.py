@@ -41,9 +41,8 @@ def interrupted(prog: str, stop: BaseException, cfg: DictConfig | None = None,
                 resume: str = "run again with trainer.resume=true") -> int:
     """The exit status of a run stopped by SIGTERM (143) or Ctrl-C (130), with a line on stderr saying whether the
     run of ``cfg`` (None before its config is composed) has a last.ckpt to resume from (``resume``: how to continue
-    it). Lightning turns SIGTERM
-    into a SystemExit without a code (status 0: a preempted job looked finished) and Ctrl-C into
-    ``sys.exit(1)``."""
+    it). Lightning turns SIGTERM into a SystemExit without a code (status 0: a preempted job looked finished) and
+    Ctrl-C into ``sys.exit(1)``."""
     from graphfuse.trainers.config import resolved_output_dir
 
     # Lightning raised it only if it is loaded (importing it here could meet a half-imported module: a stop

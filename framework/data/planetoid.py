@@ -5,10 +5,11 @@ holds ``planetoid/Cora/raw/ind.cora.*``, those raw files are first copied into
 ``root/planetoid/Cora/raw`` so that Planetoid finds them and does not download (a copy whose size differs
 from the mirror's, or that the mirror changed after it was copied, is replaced); otherwise Planetoid downloads
 them, and a failed download, or raw files that cannot be read, raise :class:`DatasetNotFoundError`. Raw files
-newer than the processed ones are processed again, with a warning (PyG's Planetoid keeps its processed files). Loads into one root hold a lock on
-``root/planetoid/.lock``, so parallel runs never read files another is writing. Processed files in
-``root/planetoid/Cora/processed`` that cannot be read (a run stopped while Planetoid wrote them), or that PyG's
-Planetoid wrote with a ``pre_transform`` or ``pre_filter``, are rebuilt from the raw files, with a warning.
+newer than the processed ones are processed again, with a warning (PyG's Planetoid keeps its processed files).
+Loads into one root hold a lock on ``root/planetoid/.lock``, so parallel runs never read files another is
+writing. Processed files in ``root/planetoid/Cora/processed`` that cannot be read (a run stopped while Planetoid
+wrote them), or that PyG's Planetoid wrote with a ``pre_transform`` or ``pre_filter``, are rebuilt from the raw
+files, with a warning.
 
 Shapes:
     x: (2708, 1433) binary bag-of-words; y: (2708,) in [0, 7); edge_index: (2, 10556), both directions.

@@ -71,8 +71,21 @@ __device__ __forceinline__ void gespmm_fold(const T* __restrict__ part, const i6
   gespmm_store<T, EXTREMUM && TRACK, VEC, CF, GROUP>(acc, arg, dst, dst_arg, k_base, gl, K);
 }
 
+// Blocks of 256 threads per SM that gespmm_rows asks ptxas to fit (0: its default, under which a sum takes 40
+// registers, 6 blocks). By default a max/min without the argument took 53-54 registers (4 blocks) and a mean with
+// several rows per warp 44 (5 blocks); on the H200's large RMAT graphs they ran up to 1.28x and 1.19x slower than
+// the sum. Asked for 5 blocks, both take 48 registers, no spills, and ran within 1.15x and 1.08x of it (CUDA-graph
+// replay, session 27). A mean with warp-wide groups keeps the default (asked for 5, it ran up to 1.08x slower), and
+// so do a max/min with the argument (not measured) and double (its max spilled when asked for 5).
+template <typename T, int REDUCE, int GROUP, bool TRACK>
+constexpr int gespmm_min_blocks() {
+  return sizeof(T) == 4 && (((REDUCE == GF_MAX || REDUCE == GF_MIN) && !TRACK) || (REDUCE == GF_MEAN && GROUP < 32))
+             ? 5
+             : 0;
+}
+
 template <typename T, int REDUCE, int WMODE, int VEC, int CF, int GROUP, bool ARGMASK, bool TRACK, bool UNCHECKED>
-__global__ void __launch_bounds__(256) gespmm_rows(
+__global__ void __launch_bounds__(256, (gespmm_min_blocks<T, REDUCE, GROUP, TRACK>())) gespmm_rows(
     const i64* __restrict__ seg_ptr,     // (S + 1,) nnz offsets of the row segments
     const i64* __restrict__ seg_row,     // (S,) row of each segment; null: segment s is row s
     const i64* __restrict__ seg_slot,    // (S,) >= 0: output row; < 0: workspace row -slot-1; null: = row

@@ -74,7 +74,7 @@ __device__ __forceinline__ void gespmm_fold(const T* __restrict__ part, const i6
 // Blocks of 256 threads per SM that gespmm_rows asks ptxas to fit (0: its default, under which a sum takes 40
 // registers, 6 blocks). By default a max/min without the argument took 53-54 registers (4 blocks) and a mean with
 // several rows per warp 44 (5 blocks); on the H200's large RMAT graphs they ran up to 1.28x and 1.19x slower than
-// the sum. Asked for 5 blocks, both take 48 registers, no spills, and ran within 1.15x and 1.08x of it (CUDA-graph
+// the sum. Asked for 5 blocks, both take 48 registers, no spills, and ran within 1.15x and 1.06x of it (CUDA-graph
 // replay, session 27). A mean with warp-wide groups keeps the default (asked for 5, it ran up to 1.08x slower), and
 // so do a max/min with the argument (not measured) and double (its max spilled when asked for 5).
 template <typename T, int REDUCE, int GROUP, bool TRACK>

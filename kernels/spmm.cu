@@ -78,14 +78,11 @@ __device__ __forceinline__ void gespmm_fold(const T* __restrict__ part, const i6
 // replay, session 27). A mean with warp-wide groups keeps the default (asked for 5, it ran up to 1.08x slower), and
 // so do a max/min with the argument (not measured) and double (its max spilled when asked for 5).
 template <typename T, int REDUCE, int GROUP, bool TRACK>
-constexpr int gespmm_min_blocks() {
-  return sizeof(T) == 4 && (((REDUCE == GF_MAX || REDUCE == GF_MIN) && !TRACK) || (REDUCE == GF_MEAN && GROUP < 32))
-             ? 5
-             : 0;
-}
+constexpr int gespmm_min_blocks =
+    sizeof(T) == 4 && (((REDUCE == GF_MAX || REDUCE == GF_MIN) && !TRACK) || (REDUCE == GF_MEAN && GROUP < 32)) ? 5 : 0;
 
 template <typename T, int REDUCE, int WMODE, int VEC, int CF, int GROUP, bool ARGMASK, bool TRACK, bool UNCHECKED>
-__global__ void __launch_bounds__(256, (gespmm_min_blocks<T, REDUCE, GROUP, TRACK>())) gespmm_rows(
+__global__ void __launch_bounds__(256, gespmm_min_blocks<T, REDUCE, GROUP, TRACK>) gespmm_rows(
     const i64* __restrict__ seg_ptr,     // (S + 1,) nnz offsets of the row segments
     const i64* __restrict__ seg_row,     // (S,) row of each segment; null: segment s is row s
     const i64* __restrict__ seg_slot,    // (S,) >= 0: output row; < 0: workspace row -slot-1; null: = row

@@ -16,6 +16,7 @@ from graphfuse.nn.inputs import (
     check_features,
     check_layer_backend,
     check_positive_ints,
+    weighted_sum_dtype,
     with_edge_weight,
 )
 
@@ -111,11 +112,8 @@ class GCNConv(nn.Module):
         if self.normalize:
             graph = self.normalized(graph, x.dtype)
         h = self.lin(x)
-        if graph.edge_weight is not None and torch.is_autocast_enabled(h.device.type):
-            # h is float16/bfloat16 there: summed with the float32 weights in float32, as PyG's w * x_j is (a model
-            # in bfloat16 without autocast keeps bfloat16 features, its weights being float32: see normalized)
-            h = h.to(torch.promote_types(h.dtype, graph.edge_weight.dtype))
-        out = aggregate(graph, h, reduce="sum", backend=self.backend)
+        # summed in float32 under autocast; a bfloat16 model without it keeps bfloat16 features (see normalized)
+        out = aggregate(graph, weighted_sum_dtype(h, graph), reduce="sum", backend=self.backend)
         return out if self.bias is None else out + self.bias
 
     def extra_repr(self) -> str:

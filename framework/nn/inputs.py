@@ -123,3 +123,13 @@ def unweighted(graph: Graph) -> Graph:
     if graph.edge_weight is None:
         return graph
     return graph.cached("unweighted", lambda: graph.reweighted(None))
+
+
+def weighted_sum_dtype(h: Tensor, graph: Graph) -> Tensor:
+    """``h`` in the dtype its weighted sum over ``graph`` runs in: under autocast ``h`` comes float16/bfloat16 from
+    a linear layer while the edge weights stay float32, and PyG's ``w * x_j`` promotes, so the sum runs in float32
+    (cast to ``h``'s dtype, the weights had lost their precision and the sum its accumulator). Without autocast a
+    half-precision model keeps its dtype."""
+    if graph.edge_weight is not None and torch.is_autocast_enabled(h.device.type):
+        return h.to(torch.promote_types(h.dtype, graph.edge_weight.dtype))
+    return h

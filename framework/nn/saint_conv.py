@@ -9,7 +9,14 @@ from torch import Tensor, nn
 from graphfuse.checks import check_bools
 from graphfuse.engine import aggregate
 from graphfuse.nn.inits import glorot_
-from graphfuse.nn.inputs import GraphLike, as_graph, check_features, check_layer_backend, check_positive_ints
+from graphfuse.nn.inputs import (
+    GraphLike,
+    as_graph,
+    check_features,
+    check_layer_backend,
+    check_positive_ints,
+    weighted_sum_dtype,
+)
 
 AGGRS = ("mean", "sum")
 
@@ -80,11 +87,13 @@ class GraphSAINTConv(nn.Module):
         if graph.num_dst > graph.num_src:
             raise ValueError(f"GraphSAINTConv: a bipartite block needs num_dst <= num_src; got {graph}")
         if self.out_channels < self.in_channels:
-            neigh = aggregate(graph, F.linear(x, self.lin_neigh.weight), reduce=self.aggr, backend=self.backend)
+            h = weighted_sum_dtype(F.linear(x, self.lin_neigh.weight), graph)
+            neigh = aggregate(graph, h, reduce=self.aggr, backend=self.backend)
             if self.lin_neigh.bias is not None:
                 neigh = neigh + self.lin_neigh.bias
         else:
-            neigh = self.lin_neigh(aggregate(graph, x, reduce=self.aggr, backend=self.backend))
+            neigh = self.lin_neigh(aggregate(graph, weighted_sum_dtype(x, graph), reduce=self.aggr,
+                                             backend=self.backend))
         return torch.cat([self.lin_self(x[: graph.num_dst]), neigh], dim=-1)
 
     def extra_repr(self) -> str:

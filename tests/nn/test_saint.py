@@ -199,3 +199,32 @@ def test_training_forward_drops_out_before_the_classifier():
         h = F.relu(conv(F.dropout(h, p=0.5, training=True), graph))
     expected = model.classifier(F.dropout(F.normalize(h, dim=-1), p=0.5, training=True))
     torch.testing.assert_close(out, expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("aggr", ["mean", "sum"])
+@pytest.mark.parametrize(("in_channels", "out_channels", "x_dtype"),
+                         [(IN, 3, torch.float32), (3, IN, torch.bfloat16)])
+def test_conv_under_autocast_sums_in_float32(aggr, in_channels, out_channels, x_dtype):
+    """Under bfloat16 autocast the layer summed bfloat16 features with its (normalisation) weights cast to
+    bfloat16; as GCNConv, and PyG's GraphConv of GraphSAINT's example (w * x_j), it now sums in float32. Both
+    orders: aggregating the narrowed features (a bfloat16 linear output), or the bfloat16 input of a deeper
+    layer."""
+    torch.manual_seed(0)
+    graph = _graph("weighted_duplicates", "cpu")
+    graph = graphfuse.Graph(graph.edge_index, num_nodes=graph.num_nodes, edge_weight=graph.edge_weight.float())
+    conv = GraphSAINTConv(in_channels, out_channels, aggr=aggr)
+    x = torch.randn(graph.num_nodes, in_channels).to(x_dtype)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = conv(x, graph)
+        narrowed = F.linear(x, conv.lin_neigh.weight) if out_channels < in_channels else x
+    # the float32 sum of the bfloat16 operand, with the float32 weights, then the rest as the layer does it
+    src, dst = graph.edge_index
+    summed = torch.zeros(graph.num_nodes, narrowed.size(1)).index_add_(
+        0, dst, narrowed.float()[src] * graph.edge_weight.unsqueeze(1))
+    if aggr == "mean":
+        summed = summed / torch.bincount(dst, minlength=graph.num_nodes).clamp(min=1).unsqueeze(1)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        neigh = summed + conv.lin_neigh.bias if out_channels < in_channels else conv.lin_neigh(summed)
+        want = torch.cat([conv.lin_self(x), neigh], dim=-1)
+    assert out.dtype == want.dtype
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)

@@ -193,6 +193,10 @@ class SaintLoader:
         self.training = training_subgraph(graph, train_mask) if norm == "paper" else None
         if self.training is not None:
             check_training_edges("SaintLoader", self.training.graph, sampler)
+        elif graph.num_edges == 0 and sampler.name != "saint_rw":
+            # refused here: it used to warn that no node can be drawn, then raise in the presampling or first batch
+            raise ValueError(f"SaintLoader: the graph has no edges for the {sampler.name} sampler, which draws "
+                             "edges (saint_rw starts walks at every node)")
         _warn_undrawable(graph, sampler, train_mask, self.training)
         self.saint_norm: SaintNorm | None = None
         if sample_coverage > 0:

@@ -379,6 +379,20 @@ def test_paper_mode_without_training_edges_and_an_empty_graph_say_so():
                             2, torch.Generator().manual_seed(0))
 
 
+@pytest.mark.parametrize("coverage", [0, 2])
+def test_an_edgeless_graph_is_refused_for_the_edge_drawing_samplers_without_a_warning(coverage):
+    """The node and edge samplers warned that every node could never be drawn, then raised in the presampling (or
+    at the first batch without one); random walks start at every node, so they still run."""
+    graph = make_graph_case("no_edges")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for sampler in (SaintNodeSampler(5), SaintEdgeSampler(5)):
+            with pytest.raises(ValueError, match=f"SaintLoader: the graph has no edges for the {sampler.name} sam"):
+                SaintLoader(graph, sampler, sample_coverage=coverage)
+        batch = next(iter(SaintLoader(graph, SaintRandomWalkSampler(2, 1), sample_coverage=coverage)))
+    assert batch.graph.num_edges == 0 and batch.batch_size > 0
+
+
 def test_training_nodes_the_sampler_can_never_draw_are_warned_about():
     """Found by review: the node and edge samplers keep only endpoints of drawn edges, so under norm='paper' the
     training nodes isolated in the training subgraph (109 of Cora's 140) were never in a batch, silently."""

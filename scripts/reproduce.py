@@ -151,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     from graphfuse.data import DatasetNotFoundError
     from graphfuse.trainers.cli import interrupted, quiet_lightning
-    from graphfuse.trainers.config import ConfigError, load_config, resolved_output_dir
+    from graphfuse.trainers.config import ConfigError, last_checkpoint, load_config
     from graphfuse.trainers.run import finished_run, train
 
     quiet_lightning()
@@ -173,8 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     metrics = finished_run(cfg) if args.resume else None
                     kept = metrics is not None
                     if not kept:
-                        last = resolved_output_dir(cfg) / "checkpoints" / "last.ckpt"
-                        cfg.trainer.resume = args.resume and last.is_file()
+                        cfg.trainer.resume = args.resume and last_checkpoint(cfg).is_file()
                         metrics = train(cfg, verbose=False)
                     print(f"{name} seed {seed}: test acc {metrics['test']['acc']:.4f} (best epoch "
                           f"{metrics['best_epoch']}, {metrics['wall_time_s']:.1f} s{', kept' if kept else ''})",

@@ -43,14 +43,14 @@ def interrupted(prog: str, stop: BaseException, cfg: DictConfig | None = None,
     run of ``cfg`` (None before its config is composed) has a last.ckpt to resume from (``resume``: how to continue
     it). Lightning turns SIGTERM into a SystemExit without a code (status 0: a preempted job looked finished) and
     Ctrl-C into ``sys.exit(1)``."""
-    from graphfuse.trainers.config import resolved_output_dir
+    from graphfuse.trainers.config import last_checkpoint
 
     # Lightning raised it only if it is loaded (importing it here could meet a half-imported module: a stop
     # during start-up)
     exceptions = sys.modules.get("lightning.pytorch.utilities.exceptions")
     sigterm = isinstance(stop, getattr(exceptions, "SIGTERMException", ()))
     what, status = ("SIGTERM", 143) if sigterm else ("an interrupt", 130)
-    last = None if cfg is None else resolved_output_dir(cfg) / "checkpoints" / "last.ckpt"
+    last = None if cfg is None else last_checkpoint(cfg)
     if last is not None and last.is_file():
         print(f"{prog}: stopped by {what}; {last} holds the last finished epoch: {resume} to continue",
               file=sys.stderr)

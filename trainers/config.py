@@ -525,3 +525,8 @@ def resolved_output_dir(cfg: DictConfig) -> Path:
         return Path(cfg.output_dir).expanduser()
     name = Path(cfg.experiment).stem if is_yaml_path(cfg.experiment) else cfg.experiment
     return Path("runs") / name / f"seed{cfg.seed}"
+
+
+def last_checkpoint(cfg: DictConfig) -> Path:
+    """``<output_dir>/checkpoints/last.ckpt``: the run's latest finished epoch, what ``trainer.resume`` reads."""
+    return resolved_output_dir(cfg) / "checkpoints" / "last.ckpt"

@@ -62,6 +62,12 @@ def _movable(value: Any) -> bool:
     return isinstance(value, (Tensor, Graph))
 
 
+def _tuple_like(value: tuple, items: list) -> tuple:
+    """``items`` as a tuple of ``value``'s type: a NamedTuple (CSR, CSC) takes them as fields, a plain tuple (a
+    user's cache entry) as one iterable."""
+    return type(value)(*items) if hasattr(type(value), "_fields") else type(value)(items)
+
+
 def _size(name: str, value: object) -> int | None:
     """A node count as an int: a Python or NumPy integer, or a 0-d integer tensor (PyG's ``Data.num_nodes`` can be
     one, and ``x.size(0)`` is one under ``torch.jit.trace``)."""
@@ -300,7 +306,7 @@ class Graph:
         for key, value in self._portable().items():  # the rest is rebuilt on the new device when needed
             if key in self._weight_stamps:  # stamped with the moved weights
                 moved._weight_stamps[key] = moved._weight_stamp()
-            moved._cache[key] = (type(value)(*(v.to(device, non_blocking=non_blocking) for v in value))
+            moved._cache[key] = (_tuple_like(value, [v.to(device, non_blocking=non_blocking) for v in value])
                                  if isinstance(value, tuple) else value.to(device, non_blocking=non_blocking))
         return moved
 
@@ -318,7 +324,9 @@ class Graph:
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickling (and ``copy.deepcopy``) keeps :meth:`_portable`'s entries; a loaded tensor's version counter
-        starts afresh, so the weighted ones are stamped again on load."""
+        starts afresh, so the weighted ones are stamped again on load. Refused, as every other use of the caches,
+        after an in-place change of ``edge_index`` (the copy's fresh counter would have hidden it)."""
+        self._check_edges_unchanged()
         state = self.__dict__.copy()
         state["_cache"] = self._portable()
         state["_weight_stamps"] = [key for key in self._weight_stamps if key in state["_cache"]]

@@ -265,6 +265,36 @@ def test_a_copied_graph_never_serves_a_stale_processed_graph(copy_graph, stale_b
     torch.testing.assert_close(process_gcn(h).edge_weight, gcn_norm(h).edge_weight)
 
 
+@pytest.mark.parametrize("copy_graph", ["pickle", "deepcopy", "copy"])
+def test_a_graph_whose_edges_changed_in_place_is_not_copied_with_its_old_caches(copy_graph):
+    """The graph refused the change at its next use, but a copy's fresh version counter hid it: the copy served the
+    CSR and the GCN normalisation of the old edges (found by review)."""
+    import copy
+
+    copy_of = {"pickle": lambda h: pickle.loads(pickle.dumps(h)), "deepcopy": copy.deepcopy, "copy": copy.copy}
+    edge_index = torch.tensor([[1, 2], [0, 0]])
+    g = Graph(edge_index, num_nodes=3)
+    g.csr, process_gcn(g)
+    copy_of[copy_graph](g)  # unchanged: copied
+    edge_index[1, 1] = 1
+    with pytest.raises(ValueError, match="edge_index was changed in place after the graph was built"):
+        copy_of[copy_graph](g)
+
+
+def test_a_plain_tuple_cached_on_a_graph_moves_as_that_tuple():
+    """Graph.to rebuilt every cached tuple as a NamedTuple is (fields as arguments): a plain 2-tuple raised, a
+    1-tuple of a tensor became a tuple of its rows (found by review)."""
+    g = Graph(torch.tensor([[0, 1, 2], [1, 2, 0]]), num_nodes=3)
+    pair, single = (torch.arange(3), torch.ones(3)), (torch.arange(3),)
+    g.cached("pair", lambda: pair), g.cached("single", lambda: single)
+    moved = g.to("meta")
+    for key, value in (("pair", pair), ("single", single)):
+        got = moved.cached(key, lambda: None)
+        assert type(got) is tuple and [t.shape for t in got] == [t.shape for t in value]
+        assert all(t.device.type == "meta" for t in got)
+    assert type(moved.csr) is type(g.csr)
+
+
 def test_a_pickled_graph_leaves_its_dispatch_memo_and_plans_behind():
     """The engine's per-graph memo holds this process's backend choices (closures, registry generations): a
     graph with one could not be pickled when a backend's op was a local function (found by review)."""

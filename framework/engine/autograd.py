@@ -47,6 +47,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from graphfuse.engine.dispatcher import Backend, register_backend
+from graphfuse.engine.reference import saveable_weights
 from graphfuse.graph import Graph
 from graphfuse.kernels import es_spmm as es_kernels
 from graphfuse.kernels import gar as gar_kernels
@@ -477,7 +478,7 @@ def sddmm(graph: Graph, a: Tensor, b: Tensor, edge_weight: Tensor | None = None)
         out = out.view(-1, heads)
     if edge_weight is None:
         return out
-    return out * edge_weight.to(out.dtype).view(-1, *([1] * (out.dim() - 1)))
+    return out * saveable_weights(edge_weight).to(out.dtype).view(-1, *([1] * (out.dim() - 1)))
 
 
 def edge_softmax(graph: Graph, scores: Tensor) -> Tensor:

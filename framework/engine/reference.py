@@ -28,9 +28,17 @@ def _widened(t: Tensor) -> Tensor:
     return t.to(torch.promote_types(t.dtype, torch.float32))
 
 
+def saveable_weights(edge_weight: Tensor) -> Tensor:
+    """``edge_weight``, or a copy of it when it was made under ``torch.inference_mode`` and this call is recorded
+    for backward: a product saves its factors, which an inference tensor refuses (the kernel backends' autograd
+    Functions copy such operands too, ``autograd._saveable``)."""
+    return edge_weight.clone() if torch.is_grad_enabled() and edge_weight.is_inference() else edge_weight
+
+
 def _weighted_messages(graph: Graph, x: Tensor, edge_weight: Tensor | None) -> Tensor:
     msg = x.index_select(0, graph.edge_index[0])
     if edge_weight is not None:
+        edge_weight = saveable_weights(edge_weight)
         msg = msg * edge_weight.view(*edge_weight.shape, *([1] * (x.dim() - edge_weight.dim())))
     return msg
 
@@ -64,10 +72,13 @@ def aggregate(graph: Graph, x: Tensor, edge_weight: Tensor | None = None, reduce
 
 
 def sddmm(graph: Graph, a: Tensor, b: Tensor, edge_weight: Tensor | None = None) -> Tensor:
-    """Per-edge dot products ``out[e] = <a[dst_e], b[src_e]>`` (per head for 3-D inputs), times ``w_e``."""
+    """Per-edge dot products ``out[e] = <a[dst_e], b[src_e]>`` (per head for 3-D inputs), times ``w_e``; half
+    precision summed in float32, as a matrix product does."""
     src, dst = graph.edge_index
-    out = (a.index_select(0, dst) * b.index_select(0, src)).sum(-1)
-    return out if edge_weight is None else out * edge_weight.view(-1, *([1] * (out.dim() - 1)))
+    out = (_widened(a).index_select(0, dst) * _widened(b).index_select(0, src)).sum(-1)
+    if edge_weight is not None:
+        out = out * saveable_weights(edge_weight).view(-1, *([1] * (out.dim() - 1)))
+    return out.to(a.dtype)
 
 
 def edge_softmax(graph: Graph, scores: Tensor) -> Tensor:

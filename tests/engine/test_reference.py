@@ -100,6 +100,40 @@ def test_edge_softmax_normalises_per_target_and_is_stable():
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_sddmm_sums_in_float32(dtype):
+    """sddmm rounded every product to half precision before the sum (found by review): float16's 300 * 300
+    overflowed to inf, and the sum to NaN, where the dot product is 300; bfloat16's 3 * 87 and 3 * -88 rounded apart
+    to -4 where it is -3."""
+    g = graphfuse.Graph(torch.tensor([[0], [0]]), num_nodes=1)
+    a, b = (torch.tensor([[300.0, 300.0]]), torch.tensor([[300.0, -299.0]])) if dtype == torch.float16 else \
+        (torch.tensor([[3.0, 3.0]]), torch.tensor([[87.0, -88.0]]))
+    got = graphfuse.sddmm(g, a.to(dtype), b.to(dtype))
+    assert got.dtype == dtype
+    assert got.item() == (a.to(dtype).double() @ b.to(dtype).double().T).to(dtype).item()
+    heads = graphfuse.sddmm(g, a.to(dtype).view(1, 1, 2), b.to(dtype).view(1, 1, 2), torch.tensor([0.5]))
+    assert heads.shape == (1, 1) and heads.item() == got.item() / 2
+
+
+def test_weights_made_in_inference_mode_train_on_the_reference_backend():
+    """A product with an inference tensor saves it for backward, which it refuses: the reference backend raised
+    where the kernel backends copy such weights (autograd._saveable; found by review)."""
+    g = make_graph_case("duplicates")
+    with torch.inference_mode():
+        w = torch.rand(g.num_edges, dtype=torch.float64) + 0.1
+    x = torch.randn(g.num_nodes, 3, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(g.num_nodes, 3, dtype=torch.float64)
+    for reduce in ("sum", "mean", "max", "min"):
+        out = graphfuse.aggregate(g, x, w, reduce, backend="reference")
+        want = graphfuse.aggregate(g, x, w.clone(), reduce, backend="reference")
+        grad, = torch.autograd.grad(out.sum(), x)
+        torch.testing.assert_close(grad, torch.autograd.grad(want.sum(), x)[0])
+    out = graphfuse.sddmm(g, x, b, w, backend="reference")
+    torch.autograd.grad(out.sum(), x)
+    with torch.no_grad():  # no copy where nothing is recorded
+        assert reference.saveable_weights(w) is w
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision_sums_accumulate_in_float32(dtype):
     """Sums over a hub's 5,000 in-edges: in float16 / bfloat16 a running sum of ones stops at 2048 / 256, which
     gave 1-D edge softmax weights summing to ~4 and GCN / mean normalised weights off by the same factor."""

@@ -253,6 +253,26 @@ def test_sddmm_of_inference_operand_and_learned_operand():
 
 
 @gpu
+@pytest.mark.parametrize("backend", ["reference", *BACKENDS])
+def test_inference_weights_with_learned_operands(backend):
+    """Found by session 27's review: weights made under torch.inference_mode times operands that need a gradient.
+    The kernel backends' aggregate copies them (autograd._saveable); the reference's product and every backend's
+    sddmm, which multiplies by the weights after the kernel, saved them for backward and raised."""
+    gc, gg = graphs("unsorted")
+    with torch.inference_mode():
+        w = rand(gc.num_edges, seed=18, low=0.5).to(CUDA, torch.float32)
+    x = rand(gc.num_src, 16, seed=19).to(CUDA, torch.float32).requires_grad_()
+    a = rand(gc.num_dst, 16, seed=20).to(CUDA, torch.float32)
+    graphfuse.aggregate(gg, x, w, "sum", backend=backend).sum().backward()
+    graphfuse.sddmm(gg, a, x, w, backend=backend).sum().backward()
+    xr = x.detach().cpu().double().requires_grad_()
+    wr = w.cpu().double()
+    graphfuse.aggregate(gc, xr, wr, "sum", backend="reference").sum().backward()
+    graphfuse.sddmm(gc, a.cpu().double(), xr, wr, backend="reference").sum().backward()
+    check(x.grad, xr.grad, what="grad of x")
+
+
+@gpu
 def test_inference_mode_first_then_training_on_cuda():
     """The first use of a CUDA graph under torch.inference_mode (formats, int32 indices, permuted weights, row
     schedule, kept split-row workspaces, the GAT statistics' formats) must serve training afterwards."""

@@ -93,6 +93,8 @@ def mean_norm(graph: Graph) -> Graph:
 
 def to_dense(graph: Graph, dtype: torch.dtype = torch.float64) -> Tensor:
     """(num_dst, num_src) dense adjacency, ``A[dst, src] = Σ weight`` (duplicates summed): a test oracle."""
+    if not isinstance(graph, Graph):
+        raise TypeError(f"to_dense: graph must be a graphfuse.Graph; got {type(graph).__name__}")
     weight = graph.edge_weight
     if weight is None:
         weight = torch.ones(graph.num_edges, device=graph.device)

@@ -49,6 +49,10 @@ _STAGES: dict[str, Stage] = {}
 
 def register_stage(device_type: str, stage: Stage) -> None:
     """Make ``stage`` the fused processing stage for graphs on ``device_type`` (e.g. ``"cuda"``)."""
+    if not isinstance(device_type, str):
+        raise TypeError(f"register_stage: device_type must be a device type (str); got {type(device_type).__name__}")
+    if not isinstance(stage, Stage):
+        raise TypeError(f"register_stage: stage must be a graphfuse Stage; got {type(stage).__name__}")
     _STAGES[device_type] = stage
 
 

@@ -22,11 +22,13 @@ from graphfuse.graph.graph import Graph
 DEFAULT_ITERATIONS = 10
 
 
-def _check(graph: Graph, op: str) -> None:
+def _check(graph: Graph, op: str, iterations: object = 0) -> None:
     if not isinstance(graph, Graph):
         raise TypeError(f"{op}: graph must be a graphfuse.Graph; got {type(graph).__name__}")
     if graph.is_bipartite:
         raise ValueError(f"{op}: needs a square graph; got num_src={graph.num_src}, num_dst={graph.num_dst}")
+    if not is_int(iterations) or iterations < 0:
+        raise ValueError(f"{op}: iterations must be an int ≥ 0; got {iterations!r}")
 
 
 def cluster_labels(graph: Graph, iterations: int = DEFAULT_ITERATIONS) -> Tensor:
@@ -39,9 +41,7 @@ def cluster_labels(graph: Graph, iterations: int = DEFAULT_ITERATIONS) -> Tensor
     Shapes:
         → (N,) int64 labels in [0, N).
     """
-    _check(graph, "cluster_labels")
-    if not is_int(iterations) or iterations < 0:
-        raise ValueError(f"cluster_labels: iterations must be an int ≥ 0; got {iterations!r}")
+    _check(graph, "cluster_labels", iterations)
     n, device = graph.num_nodes, graph.device
     src, dst = graph.edge_index
     keep = src != dst
@@ -64,8 +64,8 @@ def cluster_labels(graph: Graph, iterations: int = DEFAULT_ITERATIONS) -> Tensor
 
 def cluster_order(graph: Graph, iterations: int = DEFAULT_ITERATIONS) -> Tensor:
     """Nodes grouped by :func:`cluster_labels` (original order inside a community), cached on the graph."""
-    _check(graph, "cluster_order")
-    return graph.cached(("cluster_order", iterations),
+    _check(graph, "cluster_order", iterations)  # before the cache: True or 1.0 had hit the entry of 1
+    return graph.cached(("cluster_order", int(iterations)),
                         lambda: torch.sort(cluster_labels(graph, iterations), stable=True).indices)
 
 

@@ -409,3 +409,15 @@ def test_a_backend_that_is_no_name_gets_a_type_error():
     g = Graph(torch.tensor([[0, 1], [1, 0]]), num_nodes=2)
     with pytest.raises(TypeError, match="process_graph: backend must be a backend name \\(str\\); got int"):
         processing.process_graph(g, backend=1)
+
+
+def test_to_dense_and_register_stage_check_their_arguments():
+    """to_dense(edge_index) raised AttributeError "'Tensor' object has no attribute 'edge_weight'", and
+    register_stage took any object, failing only at the next gcn_norm (found by review)."""
+    with pytest.raises(TypeError, match="to_dense: graph must be a graphfuse.Graph; got Tensor"):
+        norm.to_dense(torch.zeros(2, 3, dtype=torch.long))
+    with pytest.raises(TypeError, match="register_stage: stage must be a graphfuse Stage; got str"):
+        processing.register_stage("cpu", "not a Stage")
+    with pytest.raises(TypeError, match="register_stage: device_type must be a device type"):
+        processing.register_stage(None, Stage(run=lambda *a: None, is_available=lambda: False))
+    assert "cpu" not in processing._STAGES

@@ -80,6 +80,10 @@ def test_bad_arguments():
     assert torch.equal(permute_nodes(g, flipped.int()).edge_index, permute_nodes(g, flipped).edge_index)
     with pytest.raises(ValueError, match="cluster_labels: iterations must be an int"):
         cluster_labels(g, iterations=-1)
+    cluster_order(g, 1)  # cached under 1: True and 1.0 had hit that entry and passed
+    for bad in (True, 1.0):
+        with pytest.raises(ValueError, match="cluster_order: iterations must be an int"):
+            cluster_order(g, bad)
     with pytest.raises(ValueError, match="needs a square graph"):
         cluster_order(make_graph_case("bipartite"))
     with pytest.raises(TypeError, match="graph must be a graphfuse.Graph"):

@@ -21,12 +21,13 @@ GraphLike = Graph | Tensor
 
 def check_features(owner: str, x: Any, in_channels: int, dtype: torch.dtype, name: str = "x") -> None:
     """Raise unless ``x`` (called ``name`` in the message) is a floating-point (N, in_channels) tensor of the
-    weights' ``dtype`` (any floating dtype under autocast, which casts for the matrix products)."""
+    weights' ``dtype`` (under autocast, which casts float32 and half precision for the matrix products, any of
+    those; float64 it leaves alone, so there it must match)."""
     if not isinstance(x, Tensor):
         raise TypeError(f"{owner}: {name} must be a torch.Tensor; got {type(x).__name__}")
     if not x.is_floating_point():
         raise TypeError(f"{owner}: {name} must be floating point; got {x.dtype}")
-    if x.dtype != dtype and not torch.is_autocast_enabled(x.device.type):
+    if x.dtype != dtype and (not torch.is_autocast_enabled(x.device.type) or torch.float64 in (x.dtype, dtype)):
         raise TypeError(f"{owner}: {name} is {x.dtype} but the weights are {dtype}; convert one to the other "
                         f"({name}.to({dtype}) or module.to({x.dtype}))")
     if x.dim() != 2 or x.size(1) != in_channels:
@@ -128,8 +129,9 @@ def unweighted(graph: Graph) -> Graph:
 def weighted_sum_dtype(h: Tensor, graph: Graph) -> Tensor:
     """``h`` in the dtype its weighted sum over ``graph`` runs in: under autocast ``h`` comes float16/bfloat16 from
     a linear layer while the edge weights stay float32, and PyG's ``w * x_j`` promotes, so the sum runs in float32
-    (cast to ``h``'s dtype, the weights had lost their precision and the sum its accumulator). Without autocast a
-    half-precision model keeps its dtype."""
-    if graph.edge_weight is not None and torch.is_autocast_enabled(h.device.type):
-        return h.to(torch.promote_types(h.dtype, graph.edge_weight.dtype))
+    (cast to ``h``'s dtype, the weights had lost their precision and the sum its accumulator; the engine casts the
+    weights to float32). Without autocast a half-precision model keeps its dtype."""
+    if graph.edge_weight is not None and h.dtype in (torch.float16, torch.bfloat16) \
+            and torch.is_autocast_enabled(h.device.type):
+        return h.float()  # float32, not the weights' dtype: float64 weights (from NumPy) made the next layer fail
     return h

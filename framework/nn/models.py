@@ -174,6 +174,9 @@ class GAT(GNN):
         check_positive_ints(name, in_channels=in_channels, hidden_channels=hidden_channels, out_channels=out_channels,
                             heads=heads, out_heads=out_heads)
         check_rate(name, "attn_dropout", attn_dropout)
+        if "concat" in conv_kwargs:  # it reached the last conv twice: "got multiple values for keyword argument"
+            raise ValueError(f"{name}: concat is set per layer (the hidden layers concatenate their heads, the last "
+                             "one averages its out_heads) and cannot be passed")
         widths = layer_widths(name, in_channels, hidden_channels * heads, num_layers)
         conv = self.conv_class
         convs = [conv(i, hidden_channels, heads, dropout=attn_dropout, **conv_kwargs) for i in widths[:-1]]

@@ -263,8 +263,35 @@ def test_features_of_another_dtype_are_named(name):
     with pytest.raises(TypeError, match=f"{type(conv).__name__}: x is torch.float64 but the weights are"):
         conv(x, graph)
     assert model.double()(x, graph).dtype == torch.float64
-    with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast casts for the products: any float dtype is fine
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast casts float32 and half precision for the products
         model.float()(x.float(), graph)
+        model(x.float().bfloat16(), graph)
+        with pytest.raises(TypeError, match=f"{model_name}: x is torch.float64 but the weights are torch.float32"):
+            model(x, graph)  # float64 autocast leaves alone: it failed inside torch's matmul
+        with pytest.raises(TypeError, match=f"{model_name}: x is torch.float32 but the weights are torch.float64"):
+            model.double()(x.float(), graph)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_float64_edge_weights_under_autocast(name):
+    """A float32 model on a graph with float64 weights (from NumPy) runs without autocast (the weights are cast to the
+    features' dtype); under it GCN and GraphSAINT promoted their half-precision sums to float64, which the next
+    layer's matrix product refused."""
+    model = _model(name)
+    graph = make_graph_case("duplicates")
+    graph = graphfuse.Graph(graph.edge_index, num_nodes=graph.num_nodes,
+                            edge_weight=torch.rand(graph.num_edges, dtype=torch.float64) + 0.5)
+    x = torch.randn(graph.num_nodes, IN)
+    assert model(x, graph).dtype == torch.float32
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert model(x, graph).dtype in (torch.float32, torch.bfloat16)
+
+
+def test_gat_names_concat_as_set_per_layer():
+    """concat= in the conv keyword arguments reached the last layer twice: "GATConv() got multiple values for
+    keyword argument 'concat'"."""
+    with pytest.raises(ValueError, match="GAT: concat is set per layer"):
+        GAT(IN, 4, OUT, concat=True)
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))

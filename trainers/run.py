@@ -411,10 +411,12 @@ def _summary(metrics: dict[str, Any]) -> None:
         table.add_row(stage, f"{row['loss']:.4f}", f"{row['acc']:.4f}", f"{row['f1_micro']:.4f}")
     console = Console()
     console.print(table)
+    epochs = metrics["epochs_run"]
     console.print(
         f"best checkpoint: epoch {metrics['best_epoch']} (val/acc {metrics['best_val_acc']:.4f}); "
-        f"{metrics['epochs_run']} epochs, {metrics['wall_time_s']:.1f} s wall, "
-        f"{metrics['median_epoch_time_s'] * 1e3:.1f} ms per training epoch (median after the first) on "
+        f"{epochs} epoch{'s' if epochs != 1 else ''}, {metrics['wall_time_s']:.1f} s wall, "
+        f"{metrics['median_epoch_time_s'] * 1e3:.1f} ms per training epoch "
+        f"({'median after the first' if epochs > 1 else 'the only one, its set-up included'}) on "
         f"{metrics['device']}\n"
         f"run directory: {metrics['output_dir']}",
         highlight=False, soft_wrap=True,

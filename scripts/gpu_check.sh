@@ -41,11 +41,12 @@ step() { [[ "$STEPS" == *" $1 "* ]]; }
 TEST_RC=skipped MEMCHECK_RC=skipped BENCH_RC=skipped SDDMM_RC=skipped SAMPLERS_RC=skipped GRAPH_RC=skipped
 COUNTERS_RC=skipped
 MAXFAIL=$([ "$MODE" = quick ] && echo 10 || echo 50)
-# The whole GPU suite took 470 s on an H100 (4,025 tests, session 24) and 377 s on an H200 (4,090 tests, session
-# 26: tests/kernels/test_kernels_gpu.py 188 s, the rest 189 s, in two calls): with the device tool's 600 s per call,
-# run the steps in separate calls (STEPS=tests, STEPS=memcheck, STEPS=spmm, then the rest). The memcheck subset
-# (428 tests) took 433 s on an H100 run straight after the tests step on the same warm machine (CuPy's kernel cache
-# filled); on a fresh machine, where every kernel compiles under the sanitizer, it had not finished after 250 s.
+# The whole GPU suite took 470 s on an H100 (4,025 tests, session 24) and 359 s on an H200 (4,201 tests, session
+# 27, one call on a fresh machine): with the device tool's 600 s per call, run the steps in separate calls
+# (STEPS=tests, STEPS=memcheck, STEPS=spmm, then the rest). The memcheck subset took 433 s on an H100 (428 tests)
+# and 361 s on an H200 (446 tests, session 27), each run straight after the tests step on the same warm machine
+# (CuPy's kernel cache filled); on a fresh machine, where every kernel compiles under the sanitizer, it had not
+# finished after 250 s. The SpMM benchmark (STEPS=spmm, full) took about 180 s on an H200.
 TEST_TIMEOUT=${TEST_TIMEOUT:-$([ "$MODE" = quick ] && echo 300 || echo 560)}
 if step tests; then
   timeout "$TEST_TIMEOUT" python3 -m pytest -m gpu tests -q -p no:cacheprovider --maxfail="$MAXFAIL" \

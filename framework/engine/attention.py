@@ -211,7 +211,9 @@ def _check(op: str, graph: Any, alpha_src: Any, alpha_dst: Any, negative_slope: 
         error = ValueError if alpha_dst.size(1) != alpha_src.size(1) else TypeError
         raise error(f"{op}: alpha_src and alpha_dst must share H and dtype; got {tuple(alpha_src.shape)} "
                     f"{alpha_src.dtype} and {tuple(alpha_dst.shape)} {alpha_dst.dtype}")
-    if isinstance(dropout, bool) or not isinstance(dropout, numbers.Real) or not 0.0 <= dropout < 1.0:
+    if isinstance(dropout, bool) or not isinstance(dropout, numbers.Real):  # a tensor was told it was not in [0, 1)
+        raise TypeError(f"{op}: dropout must be a real number in [0, 1); got {type(dropout).__name__} {dropout!r}")
+    if not 0.0 <= dropout < 1.0:
         raise ValueError(f"{op}: dropout must lie in [0, 1); got {dropout!r}")
     return alpha_src.size(1)
 

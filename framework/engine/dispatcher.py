@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator, Mapping
 import torch
 
 OPS = ("aggregate", "sddmm", "edge_softmax", "sampled_aggregate")
+PUBLIC_NAMES = {"sampled_aggregate": "aggregate"}  # an op's name in messages where a public function runs it
 
 
 @dataclass(frozen=True)
@@ -177,15 +178,16 @@ def resolve(
 
 def _choose(op: str, device: torch.device, backend: str | None, deterministic: bool | None, **call: Any) -> Backend:
     """The backend that runs ``op`` (see :func:`resolve`)."""
+    owner = PUBLIC_NAMES.get(op, op)  # what the messages call the op: the public function the caller called
     name = get_default_backend() if backend is None else backend
-    _check_name(op, name)
+    _check_name(owner, name)
     # torch.use_deterministic_algorithms(True, warn_only=True), e.g. Lightning's deterministic="warn", with no
     # deterministic= of the call's own: a call no deterministic backend runs warns and runs, as PyTorch's ops do
     warn_only = deterministic is None and torch.is_deterministic_algorithms_warn_only_enabled()
     if deterministic is None:
         deterministic = torch.are_deterministic_algorithms_enabled()
     elif deterministic.__class__ is not bool:
-        _deterministic_type_error(op, deterministic)
+        _deterministic_type_error(owner, deterministic)
     if name == "auto":
         for strict in (True, False) if deterministic else (False,):
             for candidate in _BY_PRIORITY:
@@ -197,28 +199,28 @@ def _choose(op: str, device: torch.device, backend: str | None, deterministic: b
                     and (candidate.supports is None or candidate.supports(op, **call))
                 ):
                     if deterministic and not strict:
-                        _warn_nondeterministic(op, candidate.name, device)
+                        _warn_nondeterministic(owner, candidate.name, device)
                     return candidate
             if not warn_only:
                 break
         what = "deterministically (deterministic results were asked for) " if deterministic else ""
-        raise ValueError(f"{op}: no registered backend runs this call {what}on {device.type} tensors")
+        raise ValueError(f"{owner}: no registered backend runs this call {what}on {device.type} tensors")
     if name not in _REGISTRY:
-        raise ValueError(f"{op}: unknown backend {name!r}; valid: {['auto', *registered_backends()]}")
+        raise ValueError(f"{owner}: unknown backend {name!r}; valid: {['auto', *registered_backends()]}")
     chosen = _REGISTRY[name]
     if op not in chosen.ops:
-        raise ValueError(f"{op}: backend {name!r} does not implement {op}; it implements {sorted(chosen.ops)}")
-    _check_device(op, chosen, device)
+        raise ValueError(f"{owner}: backend {name!r} does not implement {op}; it implements {sorted(chosen.ops)}")
+    _check_device(owner, chosen, device)
     if deterministic and not _deterministic(chosen, device, op, call):
         if not warn_only:
             raise ValueError(
-                f"{op}: backend {name!r} is not deterministic on {device.type} for this call (it uses atomics "
+                f"{owner}: backend {name!r} is not deterministic on {device.type} for this call (it uses atomics "
                 "there), but deterministic results were asked for"
             )
-        _warn_nondeterministic(op, name, device)
+        _warn_nondeterministic(owner, name, device)
     if not chosen.is_available():
         raise RuntimeError(
-            f"{op}: backend {name!r} is not available here (install graphfuse[cuda12] or graphfuse[cuda13] "
+            f"{owner}: backend {name!r} is not available here (install graphfuse[cuda12] or graphfuse[cuda13] "
             "for the CuPy kernels)"
         )
     return chosen
@@ -254,13 +256,13 @@ def resolve_cached(cache: dict, signature: tuple, op: str, device: torch.device,
     candidates costs more host time than the kernel; the memo turns it into one dictionary lookup. The call's
     arguments are named parameters, not ``**call``: a hit then builds no keyword dict (~0.25 µs)."""
     if backend is not None and backend.__class__ is not str:  # before the key is hashed
-        _check_name(op, backend)
+        _check_name(PUBLIC_NAMES.get(op, op), backend)
     torch_flag = torch.are_deterministic_algorithms_enabled()
     requested = deterministic
     if deterministic is None:
         deterministic = torch_flag
     elif deterministic.__class__ is not bool:
-        _deterministic_type_error(op, deterministic)
+        _deterministic_type_error(PUBLIC_NAMES.get(op, op), deterministic)
     key = (op, _generation, get_default_backend() if backend is None else backend, deterministic, requested is None,
            torch_flag, torch.is_deterministic_algorithms_warn_only_enabled(), signature)
     impl = cache.get(key)

@@ -145,8 +145,11 @@ def test_refuses_gradients_wrong_types_and_cpu_tensors_on_kernel_backends():
         assert graphfuse.aggregate(g, x, sampling=EdgeSampling()).shape == (g.num_dst, 3)
     with pytest.raises(TypeError, match="sampling must be a graphfuse.EdgeSampling"):
         graphfuse.aggregate(g, x.detach(), sampling=64)
-    with pytest.raises(ValueError, match="backend 'gespmm' runs on \\['cuda'\\] tensors"):
+    # the messages named the internal op, "sampled_aggregate:", where the caller called aggregate (review)
+    with pytest.raises(ValueError, match="^aggregate: backend 'gespmm' runs on \\['cuda'\\] tensors"):
         graphfuse.aggregate(g, x.detach(), sampling=EdgeSampling(), backend="gespmm")
+    with pytest.raises(ValueError, match="^aggregate: unknown backend 'nope'"):
+        graphfuse.aggregate(g, x.detach(), sampling=EdgeSampling(), backend="nope")
 
 
 def test_use_sampling_switches_every_aggregate_in_a_model():

@@ -105,6 +105,9 @@ def test_gatconv_cpu_unchanged():
         (dict(a_dst=torch.zeros(60, 2, dtype=torch.float64)), TypeError, "alpha_src and alpha_dst must share H and"),
         (dict(a_dst=torch.zeros(60, 2, dtype=torch.int64)), TypeError, "alpha_dst must be a floating-point"),
         (dict(dropout=1.5), ValueError, r"dropout must lie in \[0, 1\)"),
+        # a tensor or a bool was told it did not lie in [0, 1) (review)
+        (dict(dropout=torch.tensor(0.5)), TypeError, r"dropout must be a real number in \[0, 1\); got Tensor"),
+        (dict(dropout=True), TypeError, r"dropout must be a real number in \[0, 1\); got bool True"),
         (dict(backend="fused"), ValueError, "backend 'fused' runs on cuda tensors; got tensors on cpu"),
         # NaN gave NaN coefficients, a str failed inside leaky_relu, and a truthy str turned dropout on (review)
         (dict(negative_slope=float("nan")), ValueError, "negative_slope must be a finite real number; got nan"),

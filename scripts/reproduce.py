@@ -181,7 +181,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     runs.append(metrics)
                 results[name] = summarize(name, experiment, runs, overrides)
                 r = results[name]
-                print(f"{name}: {r['mean'] * 100:.2f} ± {r['std'] * 100:.2f} over {len(runs)} seed{'s' if len(runs) != 1 else ''}", flush=True)
+                seeds = f"{len(runs)} seed{'s' if len(runs) != 1 else ''}"
+                print(f"{name}: {r['mean'] * 100:.2f} ± {r['std'] * 100:.2f} over {seeds}", flush=True)
     except (ConfigError, DatasetNotFoundError) as error:  # e.g. a later experiment's dataset is missing
         print(f"reproduce: error: {error} (each seed runs in --runs-dir/<name>/seed<k>: another --runs-dir keeps "
               "earlier runs)", file=sys.stderr)

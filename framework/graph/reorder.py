@@ -22,12 +22,13 @@ from graphfuse.graph.graph import Graph
 DEFAULT_ITERATIONS = 10
 
 
-def _check(graph: Graph, op: str, iterations: object = 0) -> None:
+def _check(graph: Graph, op: str, iterations: object | None = None) -> None:
+    """Raise unless ``graph`` is a square Graph and ``iterations`` (None: not an argument of ``op``) an int ≥ 0."""
     if not isinstance(graph, Graph):
         raise TypeError(f"{op}: graph must be a graphfuse.Graph; got {type(graph).__name__}")
     if graph.is_bipartite:
         raise ValueError(f"{op}: needs a square graph; got num_src={graph.num_src}, num_dst={graph.num_dst}")
-    if not is_int(iterations) or iterations < 0:
+    if iterations is not None and (not is_int(iterations) or iterations < 0):
         raise ValueError(f"{op}: iterations must be an int ≥ 0; got {iterations!r}")
 
 

@@ -15,6 +15,40 @@ typedef long long i64;
 #define GF_W_EDGE 1  // one weight per edge: val[j]
 #define GF_W_HEAD 2  // one weight per edge and head: val[j * H + k / C]
 
+// Half-precision storage types (float16, bfloat16): 16-bit patterns read and written as they are, converted to
+// and from float, their accumulator type, by the helpers below (no cuda_fp16.h / cuda_bf16.h: NVRTC needs no
+// include path). float and double accumulate in themselves.
+struct gf_half { unsigned short bits; };
+struct gf_bf16 { unsigned short bits; };
+template <typename T> struct gf_acc { typedef T type; };
+template <> struct gf_acc<gf_half> { typedef float type; };
+template <> struct gf_acc<gf_bf16> { typedef float type; };
+template <typename T> using gf_acc_t = typename gf_acc<T>::type;
+
+__device__ __forceinline__ float gf_to_acc(float v) { return v; }
+__device__ __forceinline__ double gf_to_acc(double v) { return v; }
+__device__ __forceinline__ float gf_to_acc(gf_half v) {
+  float r;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(v.bits));
+  return r;
+}
+__device__ __forceinline__ float gf_to_acc(gf_bf16 v) { return __uint_as_float((unsigned)v.bits << 16); }
+
+// An accumulator value in storage type T, rounded to nearest even (float16: overflow to inf as torch's .half()).
+template <typename T> __device__ __forceinline__ T gf_from_acc(gf_acc_t<T> v) { return v; }
+template <> __device__ __forceinline__ gf_half gf_from_acc<gf_half>(float v) {
+  gf_half r;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r.bits) : "f"(v));
+  return r;
+}
+template <> __device__ __forceinline__ gf_bf16 gf_from_acc<gf_bf16>(float v) {
+  const unsigned u = __float_as_uint(v);
+  gf_bf16 r;  // a NaN stays a (quiet) NaN; otherwise round the low 16 bits to nearest, ties to even
+  r.bits = (u & 0x7fffffffu) > 0x7f800000u ? (unsigned short)((u >> 16) | 0x40u)
+                                           : (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  return r;
+}
+
 template <typename T> __device__ __forceinline__ T gf_inf();
 template <> __device__ __forceinline__ float gf_inf<float>() { return __int_as_float(0x7f800000); }
 template <> __device__ __forceinline__ double gf_inf<double>() {

@@ -296,8 +296,9 @@ def full_wave(filename: str, name: str, index: int, block: int, family: tuple[st
 
 
 def ctype(dtype: torch.dtype) -> str:
-    """C++ type of a supported feature dtype."""
-    return {torch.float32: "float", torch.float64: "double"}[dtype]
+    """C++ type of a supported feature dtype (float16/bfloat16: common.cuh's 16-bit storage types, which GE-SpMM
+    takes)."""
+    return {torch.float32: "float", torch.float64: "double", torch.float16: "gf_half", torch.bfloat16: "gf_bf16"}[dtype]
 
 
 def cbool(v: bool) -> str:
@@ -310,6 +311,7 @@ def next_pow2(n: int) -> int:
 
 # ---------------------------------------------------------------------------------------------- validation
 FLOAT_DTYPES = (torch.float32, torch.float64)
+HALF_DTYPES = (torch.float16, torch.bfloat16)  # GE-SpMM's features too, summed in float32
 REDUCE_CODES = {"sum": 0, "mean": 1, "max": 2, "min": 3}  # GF_SUM … GF_MIN of common.cuh
 
 
@@ -366,11 +368,11 @@ def check_devices(op: str, tensors: dict[str, Tensor | None]) -> torch.device:
     return device
 
 
-def check_csr(op: str, rowptr: Any, col: Any, x: Any) -> None:
-    """Raise TypeError/ValueError naming ``op``'s argument unless ``x`` is a 2-D float32/float64 tensor,
+def check_csr(op: str, rowptr: Any, col: Any, x: Any, dtypes: Sequence[torch.dtype] = FLOAT_DTYPES) -> None:
+    """Raise TypeError/ValueError naming ``op``'s argument unless ``x`` is a 2-D tensor of one of ``dtypes``,
     ``rowptr`` a non-empty 1-D int64 tensor and ``col`` a 1-D int32 tensor (the CSR operands of the SpMM
     launchers; devices are checked by :func:`check_devices`)."""
-    check_tensor(op, "x", x, dtypes=FLOAT_DTYPES, ndim=2)
+    check_tensor(op, "x", x, dtypes=dtypes, ndim=2)
     check_tensor(op, "rowptr", rowptr, dtypes=(torch.int64,), ndim=1)
     if rowptr.numel() < 1:
         raise ValueError(f"{op}: rowptr must have at least one element (R + 1); got shape {tuple(rowptr.shape)}")
@@ -452,7 +454,7 @@ def vector_width(k: int, dtype: torch.dtype, tensors: Sequence[Tensor], divides:
 
 @functools.cache
 def _vector_width(k: int, item: int, misalignment: int, divides: int | None, lanes: int) -> int:
-    for vec in (4, 2, 1):
+    for vec in (8, 4, 2, 1):
         if vec > 1 and k < lanes * vec:
             continue
         if vec * item > 16 or k % vec or (divides is not None and divides % vec):

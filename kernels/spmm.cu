@@ -10,19 +10,24 @@
 // segment length are split into segments whose partial results go to a workspace, folded in segment order
 // (gespmm_fold) either in the same launch, by the group that finishes a split row's last segment (found with
 // a per-row counter that it resets; for graphs with few split rows), or by gespmm_combine. No float atomics
-// anywhere, hence bitwise deterministic.
+// anywhere, hence bitwise deterministic. T: float, double, or the 16-bit gf_half / gf_bf16 of common.cuh, whose
+// products and sums run in float (A, the accumulator type; partials too) and whose output is rounded once.
 #include "common.cuh"
 
-// Store a group's finished column tile (from k_base): acc at dst and, with TRACK, the entry positions at dst_arg.
+// Store a group's finished column tile (from k_base): acc, in T, at dst and, with TRACK, the entry positions at
+// dst_arg.
 template <typename T, bool TRACK, int VEC, int CF, int GROUP>
-__device__ __forceinline__ void gespmm_store(const T (&acc)[CF][VEC], const i64 (&arg)[CF][VEC],
+__device__ __forceinline__ void gespmm_store(const gf_acc_t<T> (&acc)[CF][VEC], const i64 (&arg)[CF][VEC],
                                              T* __restrict__ dst, i64* __restrict__ dst_arg, i64 k_base, int gl,
                                              i64 K) {
 #pragma unroll
   for (int f = 0; f < CF; ++f) {
     const i64 k = k_base + (i64)(f * GROUP + gl) * VEC;
     if (k < K) {
-      gf_store<T, VEC>(dst + k, acc[f]);
+      T v[VEC];
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) v[i] = gf_from_acc<T>(acc[f][i]);
+      gf_store<T, VEC>(dst + k, v);
       if (TRACK) {
 #pragma unroll
         for (int i = 0; i < VEC; ++i) dst_arg[k + i] = arg[f][i];
@@ -32,28 +37,29 @@ __device__ __forceinline__ void gespmm_store(const T (&acc)[CF][VEC], const i64 
 }
 
 // dst[k] for this group's column tile (from k_base) = the reduce of partials p0 .. p0 + nseg - 1 of one
-// split row, in that order (mean divides by the row's degree; max/min keep the first best and its entry).
-template <typename T, int REDUCE, bool TRACK, int VEC, int CF, int GROUP>
-__device__ __forceinline__ void gespmm_fold(const T* __restrict__ part, const i64* __restrict__ part_arg, i64 p0,
+// split row (kept in the accumulator type A), in that order (mean divides by the row's degree; max/min keep the
+// first best and its entry).
+template <typename T, int REDUCE, bool TRACK, int VEC, int CF, int GROUP, typename A = gf_acc_t<T>>
+__device__ __forceinline__ void gespmm_fold(const A* __restrict__ part, const i64* __restrict__ part_arg, i64 p0,
                                             i64 nseg, i64 degree, T* __restrict__ dst, i64* __restrict__ dst_arg,
                                             i64 k_base, int gl, i64 K) {
   constexpr bool EXTREMUM = (REDUCE == GF_MAX || REDUCE == GF_MIN);
-  T acc[CF][VEC];
+  A acc[CF][VEC];
   i64 arg[CF][VEC];
-  gf_init_acc<T, REDUCE>(acc, arg);
+  gf_init_acc<A, REDUCE>(acc, arg);
 #pragma unroll 4
   for (i64 p = p0; p < p0 + nseg; ++p) {
 #pragma unroll
     for (int f = 0; f < CF; ++f) {
       const i64 k = k_base + (i64)(f * GROUP + gl) * VEC;
       if (k < K) {
-        T v[VEC];
-        gf_load_cg<T, VEC>(part + p * K + k, v);  // L2 reads: other SMs may have just written these
+        A v[VEC];
+        gf_load_cg<A, VEC>(part + p * K + k, v);  // L2 reads: other SMs may have just written these
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {
           if (EXTREMUM) {
             const i64 pa = TRACK ? __ldcg(part_arg + p * K + k + i) : 0;
-            if (pa >= 0) gf_take<T, REDUCE>(v[i], pa, acc[f][i], arg[f][i]);
+            if (pa >= 0) gf_take<A, REDUCE>(v[i], pa, acc[f][i], arg[f][i]);
           } else {
             acc[f][i] += v[i];
           }
@@ -65,8 +71,8 @@ __device__ __forceinline__ void gespmm_fold(const T* __restrict__ part, const i6
   for (int f = 0; f < CF; ++f)
 #pragma unroll
     for (int i = 0; i < VEC; ++i) {
-      if (REDUCE == GF_MEAN) acc[f][i] /= T(degree);
-      if (EXTREMUM && arg[f][i] < 0) acc[f][i] = T(0);
+      if (REDUCE == GF_MEAN) acc[f][i] /= A(degree);
+      if (EXTREMUM && arg[f][i] < 0) acc[f][i] = A(0);
     }
   gespmm_store<T, EXTREMUM && TRACK, VEC, CF, GROUP>(acc, arg, dst, dst_arg, k_base, gl, K);
 }
@@ -93,11 +99,12 @@ __global__ void __launch_bounds__(256, gespmm_min_blocks<T, REDUCE, GROUP, TRACK
     const T* __restrict__ x,             // (num_cols, K)
     T* __restrict__ out,                 // (num_rows, K)
     i64* __restrict__ out_arg,           // TRACK: (num_rows, K) argmax/argmin entry position
-    T* __restrict__ part,                // (P, K) partial results of split rows
+    gf_acc_t<T>* __restrict__ part,      // (P, K) partial results of split rows, in the accumulator type
     i64* __restrict__ part_arg,          // TRACK: (P, K)
     const i64* __restrict__ rowptr,      // (num_rows + 1,) whole-row offsets (split rows only)
     unsigned* __restrict__ done,         // (P * tiles,) counters, zero between launches; null: gespmm_combine folds
     i64 num_segs, i64 K, i64 H, i64 C, i64 seg_len) {
+  typedef gf_acc_t<T> A;  // T itself, float for float16/bfloat16
   constexpr int TILE = GROUP * VEC * CF;
   constexpr bool EXTREMUM = (REDUCE == GF_MAX || REDUCE == GF_MIN);
   // Gathers in flight per lane: a warp-wide group runs 16 of its 32 entries unrolled (faster than 8 on the
@@ -110,25 +117,25 @@ __global__ void __launch_bounds__(256, gespmm_min_blocks<T, REDUCE, GROUP, TRACK
   const i64 beg = seg_ptr[s], end = seg_ptr[s + 1];
   const i64 k_base = (i64)blockIdx.y * TILE;
 
-  T acc[CF][VEC];
+  A acc[CF][VEC];
   i64 arg[CF][VEC];
-  gf_init_acc<T, REDUCE>(acc, arg);
+  gf_init_acc<A, REDUCE>(acc, arg);
 
   for (i64 j0 = beg; j0 < end; j0 += GROUP) {
     const i64 j = j0 + gl;
     int my_c = 0;
-    T my_w = T(1);
+    A my_w = A(1);
     i64 my_e = 0;
     if (j < end) {  // CRC: one coalesced load of GROUP entries, broadcast below
       my_c = col[j];
-      if (WMODE == GF_W_EDGE) my_w = val[j];
+      if (WMODE == GF_W_EDGE) my_w = gf_to_acc(val[j]);
       if (ARGMASK) my_e = edge_id[j];
     }
     const int n = (int)min((i64)GROUP, end - j0);
 #pragma unroll UNROLL
     for (int t = 0; t < n; ++t) {
       const int c = __shfl_sync(mask, my_c, t, GROUP);
-      T w = T(1);
+      A w = A(1);
       if (WMODE == GF_W_EDGE) w = __shfl_sync(mask, my_w, t, GROUP);
       i64 e = 0;
       if (ARGMASK) e = __shfl_sync(mask, my_e, t, GROUP);
@@ -144,14 +151,14 @@ __global__ void __launch_bounds__(256, gespmm_min_blocks<T, REDUCE, GROUP, TRACK
           gf_load<T, VEC>(xr + k, v);
 #pragma unroll
           for (int i = 0; i < VEC; ++i) {
-            T wi = w;
-            if (WMODE == GF_W_HEAD) wi = val[(j0 + t) * H + (k + i) / C];
-            T m = wi * v[i];
-            if (ARGMASK && gather_arg[(i64)c * K + k + i] != e) m = T(0);
+            A wi = w;
+            if (WMODE == GF_W_HEAD) wi = gf_to_acc(val[(j0 + t) * H + (k + i) / C]);
+            A m = wi * gf_to_acc(v[i]);
+            if (ARGMASK && gather_arg[(i64)c * K + k + i] != e) m = A(0);
             if (EXTREMUM && TRACK) {
-              gf_step<T, REDUCE>(m, j0 + t, acc[f][i], arg[f][i]);
+              gf_step<A, REDUCE>(m, j0 + t, acc[f][i], arg[f][i]);
             } else if (EXTREMUM) {  // branch-free when no argument is needed (inference)
-              acc[f][i] = gf_pick<T, REDUCE>(acc[f][i], m);
+              acc[f][i] = gf_pick<A, REDUCE>(acc[f][i], m);
             } else {
               acc[f][i] += m;
             }
@@ -163,25 +170,30 @@ __global__ void __launch_bounds__(256, gespmm_min_blocks<T, REDUCE, GROUP, TRACK
 
   const i64 row = seg_row ? seg_row[s] : s;
   const i64 slot = seg_slot ? seg_slot[s] : row;
+  // The destination row: the output's, or a split row's partial in the workspace, which keeps the accumulator
+  // type A (a float16/bfloat16 partial stays float until the fold; dst then points at A values).
   T* dst;
   i64* dst_arg;
   if (slot >= 0) {
     dst = out + row * K;
     dst_arg = out_arg ? out_arg + row * K : nullptr;
   } else {
-    dst = part + (-slot - 1) * K;
+    dst = reinterpret_cast<T*>(part + (-slot - 1) * K);
     dst_arg = part_arg ? part_arg + (-slot - 1) * K : nullptr;
   }
-  const T scale = (REDUCE == GF_MEAN && slot >= 0 && end > beg) ? T(1) / T(end - beg) : T(1);
+  const A scale = (REDUCE == GF_MEAN && slot >= 0 && end > beg) ? A(1) / A(end - beg) : A(1);
 #pragma unroll
   for (int f = 0; f < CF; ++f)
 #pragma unroll
     for (int i = 0; i < VEC; ++i) {
       if (!EXTREMUM) acc[f][i] *= scale;
-      else if (end == beg) acc[f][i] = T(0);  // empty row: 0
+      else if (end == beg) acc[f][i] = A(0);  // empty row: 0
       else if (TRACK && arg[f][i] < 0) arg[f][i] = beg;  // no message beat the identity: the first (gf_step)
     }
-  gespmm_store<T, EXTREMUM && TRACK, VEC, CF, GROUP>(acc, arg, dst, dst_arg, k_base, gl, K);
+  if (sizeof(T) == sizeof(A) || slot >= 0)
+    gespmm_store<T, EXTREMUM && TRACK, VEC, CF, GROUP>(acc, arg, dst, dst_arg, k_base, gl, K);
+  else
+    gespmm_store<A, EXTREMUM && TRACK, VEC, CF, GROUP>(acc, arg, reinterpret_cast<A*>(dst), dst_arg, k_base, gl, K);
   // A split row of nseg segments, which wrote workspace rows p0 .. p0 + nseg - 1 (this one is segment
   // (beg - row_beg) / seg_len). With `done` (few split rows), the group whose increment completes the row's
   // counter (one per column tile) folds them, whichever group it is; without, gespmm_combine does.
@@ -210,7 +222,8 @@ __global__ void __launch_bounds__(128) gespmm_combine(
     const i64* __restrict__ long_row,  // (L,) the split rows
     const i64* __restrict__ long_ptr,  // (L + 1,) their workspace rows
     const i64* __restrict__ rowptr,    // (num_rows + 1,)
-    const T* __restrict__ part, const i64* __restrict__ part_arg, T* __restrict__ out, i64* __restrict__ out_arg,
+    const gf_acc_t<T>* __restrict__ part, const i64* __restrict__ part_arg, T* __restrict__ out,
+    i64* __restrict__ out_arg,
     i64 K) {
   const i64 r = blockIdx.x, row = long_row[r];
   gespmm_fold<T, REDUCE, TRACK, 1, 1, 32>(part, part_arg, long_ptr[r], long_ptr[r + 1] - long_ptr[r],

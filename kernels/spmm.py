@@ -7,6 +7,9 @@ Shapes:
     rowptr: (R + 1,) int64; col: (nnz,) int32 (the gathered row of ``x`` for each entry);
     x: (num_cols, K); values: (nnz,) or (nnz, H) in the same entry order, or None;
     out: (R, K); arg: (R, K) int64 entry positions of the max/min (-1 for empty rows).
+
+Dtypes: float32, float64, and float16/bfloat16 (products and sums in float32, the output rounded once; split
+rows' partials kept in float32).
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ KEEP_PARTIALS_BYTES = 32 << 20  # split-row workspaces up to this size stay allo
 FOLD_MAX_PARTIALS = 2048  # split rows are folded inside the row kernel up to this many partials (else a 2nd launch)
 # Columns per tile. Tiles are walked by grid.y, all rows of a tile before the next, so the slice of x being
 # gathered stays small (it fits in L2 more often): on the H100, 128-column tiles ran 1.1-1.3x faster than
-# 256- and 512-column ones at K = 256 and 602 on the benchmark's large graphs.
+# 256- and 512-column ones at K = 256 and 602 on the benchmark's large graphs. float16/bfloat16 tiles span
+# twice the columns (the same 512 bytes of a row of x).
 TILE = 128
 NO_WORKSPACE = (0, 0, 0, 0)  # gespmm_rows' part, part_arg, rowptr, done for a plan without split rows
 
@@ -114,7 +118,8 @@ def config(k: int, dtype: torch.dtype, vec: int | None = None) -> tuple[int, int
         return 1, 1, rt.next_pow2(k)
     vec = vec or rt.vector_width(k, dtype, [], lanes=8)
     group = min(32, rt.next_pow2(-(-k // vec)))
-    return vec, min(TILE // (group * vec), rt.next_pow2(-(-k // (group * vec)))), group
+    tile = TILE * max(1, 4 // rt.itemsize(dtype))
+    return vec, min(tile // (group * vec), rt.next_pow2(-(-k // (group * vec)))), group
 
 
 class GespmmPlan(rt.Plan):
@@ -133,6 +138,7 @@ class GespmmPlan(rt.Plan):
                  argmask: bool = False, vec: int | None = None) -> None:
         self.rowptr, self.col, self.schedule = rowptr, col, schedule
         self.k, self.dtype, self.reduce, self.heads, self.wmode = k, dtype, reduce, heads, wmode
+        self.acc_dtype = torch.promote_types(dtype, torch.float32)  # the split rows' partials
         self.track, self.argmask, self.device = track, argmask, rowptr.device
         self.num_rows = rowptr.numel() - 1
         vec_, cf, group = config(k, dtype, vec)
@@ -177,7 +183,7 @@ class GespmmPlan(rt.Plan):
                           wmode=self.wmode, schedule=self.schedule, track=self.track, argmask=self.argmask, vec=1)
 
     def _partials(self) -> tuple[Tensor, Tensor | None]:
-        part = torch.empty(self.schedule.num_partials, self.k, dtype=self.dtype, device=self.device)
+        part = torch.empty(self.schedule.num_partials, self.k, dtype=self.acc_dtype, device=self.device)
         return part, torch.empty_like(part, dtype=torch.int64) if self.track else None
 
     def _workspace(self) -> tuple[tuple, tuple[int, int, int, int]]:
@@ -199,7 +205,7 @@ class GespmmPlan(rt.Plan):
             done = None
             if self.fold_in_kernel:
                 done = torch.zeros(self.schedule.num_partials * self.tiles, dtype=torch.int32, device=self.device)
-            item = rt.itemsize(self.dtype) + (8 if self.track else 0)
+            item = rt.itemsize(self.acc_dtype) + (8 if self.track else 0)
             keep = self.schedule.num_partials * self.k * item <= KEEP_PARTIALS_BYTES
             partials = self._partials() if keep else None
             work = ((done, partials), None if partials is None else self._work_args(done, partials))
@@ -284,7 +290,7 @@ def _check(rowptr: Tensor, col: Tensor, x: Tensor, values: Tensor | None, reduce
     """Raise TypeError/ValueError naming the offending argument of :func:`gespmm`."""
     op = "gespmm"
     rt.check_choice(op, "reduce", reduce, rt.REDUCE_CODES)
-    rt.check_csr(op, rowptr, col, x)
+    rt.check_csr(op, rowptr, col, x, rt.FLOAT_DTYPES + rt.HALF_DTYPES)
     k, nnz = x.size(1), col.numel()
     rt.check_heads(op, k, heads)
     if values is not None and heads == 1:
@@ -345,4 +351,10 @@ def instances() -> list[str]:
         names.append(f"gespmm_rows<{t}, 0, 1, 1, 2, 32, true, false, false>")
         names.append(f"gespmm_rows<{t}, 0, 2, 1, 1, 16, true, false, false>")
     names.append("gespmm_rows<float, 2, 1, 4, 1, 8, false, false, true>")  # a max packing four rows per warp
+    for t in ("gf_half", "gf_bf16"):  # 16-byte loads of 8 values, and scalar ones
+        for red in range(4):
+            names.append(f"gespmm_rows<{t}, {red}, 1, 8, 1, 16, false, {rt.cbool(red >= 2)}, false>")
+            names.append(f"gespmm_rows<{t}, {red}, 2, 1, 2, 32, false, false, {rt.cbool(red >= 2)}>")
+            names.append(f"gespmm_combine<{t}, {red}, {rt.cbool(red >= 2)}>")
+        names.append(f"gespmm_rows<{t}, 0, 0, 8, 1, 8, true, false, false>")
     return names

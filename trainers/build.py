@@ -149,17 +149,19 @@ def check_backend(cfg: DictConfig, device: torch.device, precision: str = "32") 
 
     Raises:
         ConfigError: the backend does not run on ``device`` here (device type, CuPy, torch's determinism flag), or
-            is a kernel backend (float32/float64 features only) under a mixed ``precision`` for GraphSAGE or
-            GraphSAINT (GCN's and GAT's layers sum in the float32 of their edge and attention weights, as PyG's do).
+            is a kernel backend other than ``gespmm`` (float32/float64 features only) under a mixed ``precision``
+            for GraphSAGE or GraphSAINT (GCN's and GAT's layers sum in the float32 of their edge and attention
+            weights, as PyG's do; GE-SpMM also takes float16/bfloat16 features).
     """
     if cfg.backend == "auto" or cfg.name not in MODELS:  # the PyG twins do not use model.backend
         return
     mixed = precision not in ("32", "32-true")
-    if mixed and cfg.name not in ("gcn", "gat") and cfg.backend in (*KERNEL_BACKENDS, FUSED):
+    if mixed and cfg.name not in ("gcn", "gat") and cfg.backend in (*KERNEL_BACKENDS, FUSED) \
+            and cfg.backend != "gespmm":
         raise ConfigError(
             f"invalid value for 'model.backend': {cfg.backend!r} runs float32 and float64 features, and "
             f"trainer.precision={precision} hands the layers half-precision ones under autocast; use "
-            "model.backend=auto (it takes the reference backend for those) or trainer.precision=32."
+            "model.backend=gespmm or auto (GE-SpMM takes float16/bfloat16) or trainer.precision=32."
         )
     try:
         if cfg.backend != FUSED:

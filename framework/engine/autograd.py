@@ -10,10 +10,11 @@ Layering: kernels/ launchers → the ``torch.autograd.Function``s here → the p
 - max/min: through the argmax/argmin saved by the forward pass (an entry gets the gradient of column k only
   where it was the chosen one; ties go to the first entry in CSR order).
 
-Backends (all CUDA-only, float32/float64):
+Backends (all CUDA-only, float32/float64; ``gespmm`` also float16/bfloat16):
 
 - ``gespmm``: GE-SpMM forward, GE-SpMM on CSC for the feature gradient, HP-SDDMM for the edge-weight
-  gradient (GAR's masked SDDMM pass for max/min). Deterministic.
+  gradient (GAR's masked SDDMM pass for max/min). Deterministic. Half-precision features are summed in float32
+  by the kernel (the output rounded once); their edge-weight gradient runs the float32 SDDMM on widened copies.
 - ``gar``: fuseGNN's fused GAR: block per target row forward, one fused pass per source row for the feature
   and edge-weight gradients. Deterministic.
 - ``gas``: fuseGNN's fused GAS: edge-parallel atomics over the unsorted COO list (needs no CSR/CSC), sum and
@@ -28,7 +29,7 @@ A backend's determinism is per call (``Backend.deterministic_call``): what ``gas
 and every backend's ``sddmm``, ``edge_softmax`` and ``sampled_aggregate``, run deterministically, so
 ``deterministic=True`` refuses only their own atomic aggregations.
 
-``"auto"`` on CUDA (see :func:`choose`): ``gar`` when the edge weights need a gradient (the GAT case) and
+``"auto"`` on CUDA (see :func:`choose`): ``gespmm`` for float16/bfloat16 features; ``gar`` when the edge weights need a gradient (the GAT case) and
 the graph is dense (average in-degree >= 32, where its fused backward pays); ``gas`` for sum/mean on very
 sparse graphs (average in-degree < 2) when no deterministic result is asked for; ``gespmm`` otherwise.
 Every backend's ``sddmm`` op is HP-SDDMM (kernels/sddmm.cu).
@@ -58,6 +59,7 @@ from graphfuse.kernels import sddmm as sddmm_kernels
 from graphfuse.kernels import spmm as spmm_kernels
 
 SUPPORTED_DTYPES = (torch.float32, torch.float64)
+GESPMM_DTYPES = SUPPORTED_DTYPES + runtime.HALF_DTYPES  # GE-SpMM's aggregation also takes half precision
 GAR_MIN_DEGREE = 32.0
 GAS_MAX_DEGREE = 2.0
 SMALL_GRAPH_EDGES = 1 << 22
@@ -188,6 +190,21 @@ def _check_dtype(op: str, t: Tensor, what: str = "features") -> None:
                         "(use backend='reference')")
 
 
+def _check_aggregate_dtype(name: str, x: Tensor) -> None:
+    """Backend ``name``'s aggregation takes ``x``'s dtype: float32/float64, and float16/bfloat16 on ``gespmm``."""
+    if x.dtype in SUPPORTED_DTYPES or (name == "gespmm" and x.dtype in GESPMM_DTYPES):
+        return
+    if x.dtype not in GESPMM_DTYPES:
+        _check_dtype("aggregate", x)
+    raise TypeError(f"aggregate: backend {name!r} supports float32 and float64 features; got {x.dtype} (use "
+                    "backend='gespmm', which also takes float16 and bfloat16, or backend='reference')")
+
+
+def _wide(t: Tensor) -> Tensor:
+    """``t`` in float32 when it is float16/bfloat16 (for the kernels that take float32/float64 only)."""
+    return t.float() if t.dtype in runtime.HALF_DTYPES else t
+
+
 # ------------------------------------------------------------------------------------------ functions
 class GespmmAggregate(torch.autograd.Function):
     """GE-SpMM aggregation; gradients through GE-SpMM on CSC and the SDDMM pass. Deterministic."""
@@ -214,11 +231,12 @@ class GespmmAggregate(torch.autograd.Function):
             plan = gespmm_plan(graph, "csc", g, heads=heads, weighted=w is not None, argmask=arg is not None)
             dx, _ = plan(g, _permuted(graph, w, "csc"), **mask)
         if w is not None and ctx.needs_input_grad[2] and arg is None:
-            dw = _edge_dots(graph, g, x, heads)
+            dw = _edge_dots(graph, _wide(g), _wide(x), heads).to(w.dtype)
         elif w is not None and ctx.needs_input_grad[2]:  # max/min: only the chosen entries get a gradient
-            _, dw = gar_kernels.gar_backward(csc.colptr, _index32(graph, "csc"), g, x, None, heads=heads,
-                                             edge_perm=csc.perm, need_dx=False, need_dw=True, validate=False,
-                                             **mask)
+            _, dw = gar_kernels.gar_backward(csc.colptr, _index32(graph, "csc"), _wide(g), _wide(x), None,
+                                             heads=heads, edge_perm=csc.perm, need_dx=False, need_dw=True,
+                                             validate=False, **mask)
+            dw = dw.to(w.dtype)
         return None, dx, dw, None, None
 
 
@@ -385,7 +403,7 @@ class BoundAggregate:
     __slots__ = ("fn", "heads", "plan", "pair", "out_shape", "one_head")
 
     def __init__(self, name: str, graph: Graph, x: Tensor, edge_weight: Tensor | None, reduce: str) -> None:
-        _check_dtype("aggregate", x)
+        _check_aggregate_dtype(name, x)
         self.heads = _heads(edge_weight)
         # (E, 1) weights go to the kernels as an (E,) view (see _one_head); the memo's signature fixes their shape
         self.one_head = edge_weight is not None and edge_weight.dim() == 2 and self.heads == 1
@@ -519,7 +537,7 @@ class SegmentSoftmax(torch.autograd.Function):
 def choose(graph: Graph, x: Tensor, edge_weight: Tensor | None, reduce: str) -> str | None:
     """The kernel backend ``"auto"`` prefers for an aggregate call (None: no kernel takes it)."""
     if x.dtype not in SUPPORTED_DTYPES:
-        return None
+        return "gespmm" if x.dtype in GESPMM_DTYPES else None
     avg_degree = graph.num_edges / max(1, graph.num_dst)
     if edge_weight is not None and edge_weight.requires_grad and avg_degree >= GAR_MIN_DEGREE:
         return "gar"

@@ -603,8 +603,9 @@ def test_float64_weights_with_float32_features_every_backend():
 @gpu
 def test_autocast():
     """Under autocast(float16): float32 features still go to the kernels (result float32); float16 features
-    under "auto" take the reference; an explicit kernel backend refuses float16 with a TypeError; the layers
-    run."""
+    under "auto" take GE-SpMM (the result equals backend="gespmm"'s, bitwise, and the reference's to float16
+    rounding); the other kernel backends refuse float16 with a TypeError; the layers run, SAGEConv's sum on
+    GE-SpMM in float16."""
     gc, gg = graphs("hub")
     x = rand(gc.num_src, 16, seed=42)
     with torch.autocast("cuda", dtype=torch.float16):
@@ -612,13 +613,17 @@ def test_autocast():
             out = graphfuse.aggregate(gg, x.to(CUDA, torch.float32), reduce="mean", backend=backend)
             assert out.dtype == torch.float32
             check(out, reference(gc, x, None, "mean", None, False)[0], what=backend)
-        half = graphfuse.aggregate(gg, x.to(CUDA, torch.float16), reduce="max")
+        xh = x.to(CUDA, torch.float16)
+        half = graphfuse.aggregate(gg, xh, reduce="max")
         assert half.dtype == torch.float16
-        with pytest.raises(TypeError, match="float32 and float64"):
-            graphfuse.aggregate(gg, x.to(CUDA, torch.float16), backend="gespmm")
+        assert torch.equal(half, graphfuse.aggregate(gg, xh, reduce="max", backend="gespmm"))
+        check(half.double(), reference(gc, xh.double().cpu(), None, "max", None, False)[0], what="float16 max")
+        for backend in ("gar", "gas", "hpspmm"):
+            with pytest.raises(TypeError, match=f"backend '{backend}' supports float32 and float64 features"):
+                graphfuse.aggregate(gg, xh, backend=backend)
         xc = x.to(CUDA, torch.float32).requires_grad_()
         for layer in (graphfuse.nn.GCNConv(16, 8), graphfuse.nn.SAGEConv(16, 8, aggr="max"),
-                      graphfuse.nn.GATConv(16, 4, heads=2)):
+                      graphfuse.nn.SAGEConv(16, 8, backend="gespmm"), graphfuse.nn.GATConv(16, 4, heads=2)):
             layer.cuda()(xc, gg).float().sum().backward()
     assert torch.isfinite(xc.grad).all()
 

@@ -38,13 +38,18 @@ def graph(case: str) -> graphfuse.Graph:
     return g.to("cuda")
 
 
+def poison(value: float = float("nan"), dtype: torch.dtype = torch.float32) -> None:
+    """Fill the caching allocator's free blocks with ``value``, so outputs allocated by the kernels start as it."""
+    torch.cuda.synchronize()
+    blocks = [torch.full((1 << 17,), value, dtype=dtype, device="cuda") for _ in range(64)]  # small pool
+    blocks.append(torch.full((1 << 28,), value, dtype=dtype, device="cuda"))  # large pool, 1 GiB
+    del blocks
+
+
 @pytest.fixture(autouse=True)
 def poison_allocator():
-    """Fill the caching allocator's free blocks with NaN, so outputs allocated by the kernels start as NaN."""
-    torch.cuda.synchronize()
-    blocks = [torch.full((1 << 17,), float("nan"), device="cuda") for _ in range(64)]  # small pool
-    blocks.append(torch.full((1 << 28,), float("nan"), device="cuda"))  # large pool, 1 GiB
-    del blocks
+    """Outputs start as NaN (float32 NaN; the half-precision tests poison for their own dtypes)."""
+    poison()
     yield
 
 
@@ -173,6 +178,47 @@ def test_aggregate_multihead(backend, reduce, heads, k, case):
     run_and_compare(backend, g, x, w, reduce)
 
 
+HALF_DTYPES = [torch.float16, torch.bfloat16]
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("k", KS)
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_gespmm_half_precision_matches_reference(reduce, k, case, dtype):
+    """float16/bfloat16 features (and weights) on GE-SpMM, forward and gradients, against the float64 reference
+    at the dtype's tolerance; the allocator poisoned with all-ones bit patterns, a NaN in every float dtype (a
+    float32 NaN reads as a 0 and a NaN in 16-bit halves)."""
+    g = graph(case)
+    x, w = inputs(g, k, dtype, (k + len(case)) % 3 != 0)
+    poison(-1, torch.int32)
+    run_and_compare("gespmm", g, x, w, reduce)
+    assert graphfuse.aggregate(g, x, w, reduce).dtype == dtype  # "auto" takes GE-SpMM too, in the same dtype
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
+@pytest.mark.parametrize("case", ["hub", "big_hub"])
+@pytest.mark.parametrize("heads, k", [(2, 2), (4, 28), (8, 64), (3, 606)])
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_gespmm_half_precision_multihead(reduce, heads, k, case, dtype):
+    g = graph(case)
+    x, w = inputs(g, k, dtype, True, heads=heads)
+    poison(-1, torch.int32)
+    run_and_compare("gespmm", g, x, w, reduce)
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_gespmm_half_precision_sums_in_float32(reduce, dtype):
+    """A hub of 100,000 halves: summed in half precision it would stop near 1,024 (float16) or 128 (bfloat16)."""
+    g = graph("big_hub")
+    x = torch.full((g.num_src, 8), 0.5, dtype=dtype, device="cuda")
+    out = graphfuse.aggregate(g, x, reduce=reduce, backend="gespmm")
+    ref = reference.aggregate(g, x.double(), reduce=reduce)
+    assert_close(out, ref)
+    assert out.float().max() == ref.max().to(dtype).float()
+
+
 @pytest.mark.parametrize("case", ["unsorted", "hub", "bipartite", "duplicates", "isolated"])
 @pytest.mark.parametrize("k", [1, 7, 41])
 @pytest.mark.parametrize("backend, reduce", PAIRS)
@@ -284,11 +330,12 @@ DETERMINISTIC = [(b, r) for b in ("gespmm", "gar") for r in REDUCES] + [
 
 
 @pytest.mark.parametrize("k", [7, 64, 602])
-@pytest.mark.parametrize(("backend", "reduce"), DETERMINISTIC)
-def test_bitwise_deterministic(backend, reduce, k):
+@pytest.mark.parametrize(("backend", "reduce", "dtype"), [(b, r, torch.float32) for b, r in DETERMINISTIC] + [
+    ("gespmm", r, dt) for r in REDUCES for dt in HALF_DTYPES])
+def test_bitwise_deterministic(backend, reduce, k, dtype):
     g = skewed_graph()
-    x, w = inputs(g, k, torch.float32, True, seed=11)
-    grad = torch.randn(g.num_dst, k, device="cuda")
+    x, w = inputs(g, k, dtype, True, seed=11)
+    grad = torch.randn(g.num_dst, k, device="cuda", dtype=dtype)
     results = []
     for _ in range(2):
         xi = x.clone().requires_grad_(True)

@@ -33,7 +33,11 @@ def _csr(n=4, e=6):
 @pytest.mark.parametrize(
     "kwargs, error, match",
     [
-        ({"x": torch.zeros(4, 3, dtype=torch.int32)}, TypeError, "gespmm: x must have dtype"),
+        ({"x": torch.zeros(4, 3, dtype=torch.int32)}, TypeError,
+         "gespmm: x must have dtype torch.float32 or torch.float64 or torch.float16 or torch.bfloat16"),
+        ({"x": torch.zeros(4, 3, dtype=torch.bfloat16), "values": torch.ones(6)}, TypeError,
+         "gespmm: values must have dtype torch.bfloat16"),
+        ({"x": torch.zeros(4, 3, dtype=torch.float16)}, ValueError, "gespmm: x must be a CUDA tensor"),
         ({"x": torch.zeros(4)}, ValueError, "gespmm: x must have 2 dimensions"),
         ({"col": torch.zeros(6, dtype=torch.int64)}, TypeError, "gespmm: col must have dtype torch.int32"),
         ({"rowptr": torch.zeros(5, dtype=torch.int32)}, TypeError, "gespmm: rowptr must have dtype torch.int64"),
@@ -141,7 +145,9 @@ def test_choose():
     x = torch.randn(300, 8)
     w = torch.rand(g.num_edges, requires_grad=True)
     assert autograd.choose(g, x, None, "sum") == "gespmm"
-    assert autograd.choose(g, x.half(), None, "sum") is None
+    assert autograd.choose(g, x.half(), None, "sum") == "gespmm"  # the one kernel that takes half precision
+    assert autograd.choose(g, x.bfloat16(), w, "sum") == "gespmm"
+    assert autograd.choose(g, x.long(), None, "sum") is None
     sparse = graphfuse.Graph(torch.tensor([[0, 1], [1, 2]]), num_nodes=3)
     assert autograd.choose(sparse, torch.randn(3, 4), None, "sum") == "gas"
     assert autograd.choose(sparse, torch.randn(3, 4), None, "max") == "gespmm"
@@ -577,7 +583,8 @@ def test_gat_launchers_check_their_scalars(monkeypatch):
 
 def test_kernel_backends_refuse_half_precision_by_op():
     """The kernel backends' edge softmax summed float16/bfloat16 scores in half precision (1.46 for a row of
-    3,000 equal scores, review); sddmm's error said 'aggregate: backend 'sddmm''. Checked before any CUDA use."""
+    3,000 equal scores, review); sddmm's error said 'aggregate: backend 'sddmm''. Aggregation takes half precision
+    on gespmm only; the other backends say so. Checked before any CUDA use."""
     g = make_graph_case("unsorted")
     half = torch.zeros(g.num_edges, dtype=torch.float16)
     with pytest.raises(TypeError, match="edge_softmax: the CUDA kernel backends support float32 and float64 scores"):
@@ -585,8 +592,13 @@ def test_kernel_backends_refuse_half_precision_by_op():
     x = torch.zeros(50, 4, dtype=torch.bfloat16)
     with pytest.raises(TypeError, match="sddmm: the CUDA kernel backends support float32 and float64 operands"):
         autograd.sddmm(g, x, x)
-    with pytest.raises(TypeError, match="aggregate: the CUDA kernel backends support float32 and float64 features"):
-        autograd.gespmm_aggregate(g, x)
+    for aggregate in (autograd.gar_aggregate, autograd.gas_aggregate, autograd.hpspmm_aggregate):
+        with pytest.raises(TypeError, match="aggregate: backend '(gar|gas|hpspmm)' supports float32 and float64 "
+                                            "features; got torch.bfloat16 .use backend='gespmm'"):
+            aggregate(g, x)
+    with pytest.raises(TypeError, match="aggregate: the CUDA kernel backends support float32 and float64 features; "
+                                        "got torch.int64"):
+        autograd.gespmm_aggregate(g, x.long())
 
 
 def test_edge_softmax_is_stable_for_large_scores():

@@ -92,31 +92,35 @@ def test_cuda_backend_on_a_cpu_run_exits_2_and_leaves_the_earlier_run(capsys, ti
     assert (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()
 
 
-@pytest.mark.parametrize("model", ["sage", "saint"])
-def test_kernel_backend_under_mixed_precision_exits_2_and_leaves_the_earlier_run(capsys, tiny, tmp_path, model):
-    # The CUDA kernels take float32/float64 features; under autocast they got bfloat16 ones and raised their
+@pytest.mark.parametrize(("model", "backend"), [("sage", "gar"), ("saint", "gas"), ("sage", "hpspmm")])
+def test_kernel_backend_under_mixed_precision_exits_2_and_leaves_the_earlier_run(capsys, tiny, tmp_path, model,
+                                                                                 backend):
+    # GAR, GAS and HP-SpMM take float32/float64 features; under autocast they got bfloat16 ones and raised their
     # TypeError mid-fit (a traceback), after the earlier run's checkpoints were cleared.
     assert main([*tiny, "trainer.max_epochs=1"]) == 0
     mixed = [*tiny, "trainer.max_epochs=1", f"model={model}", "trainer.precision=bf16-mixed",
              f"output_dir={tmp_path / model}"]  # (into the first run's folder it would be refused as other settings)
-    _fails_cleanly(capsys, [*mixed, "model.backend=gespmm"], "model.backend", "trainer.precision=bf16-mixed")
+    _fails_cleanly(capsys, [*mixed, f"model.backend={backend}"], "model.backend", "trainer.precision=bf16-mixed",
+                   "model.backend=gespmm")
     assert (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()
     assert main(mixed) == 0
 
 
-@pytest.mark.parametrize(("model", "backend"), [("gcn", "gespmm"), ("gat", "gespmm"), ("gat", "fused")])
-def test_gcn_and_gat_kernel_backends_under_mixed_precision_are_checked_for_the_device_only(capsys, tiny, model,
-                                                                                          backend):
-    # GCNConv and GATConv sum in float32 under autocast (PyG's dtype), so the kernels get float32 features: a CPU
-    # run is refused for its device, not for its precision
+@pytest.mark.parametrize(("model", "backend"), [("gcn", "gespmm"), ("gat", "gespmm"), ("gat", "fused"),
+                                               ("sage", "gespmm"), ("saint", "gespmm")])
+def test_kernel_backends_under_mixed_precision_are_checked_for_the_device_only(capsys, tiny, model, backend):
+    # GCNConv and GATConv sum in float32 under autocast (PyG's dtype), so the kernels get float32 features, and
+    # GE-SpMM takes SAGEConv's and GraphSAINTConv's bfloat16 ones: a CPU run is refused for its device, not for its
+    # precision
     err = _fails_cleanly(capsys, [*tiny, f"model={model}", "trainer.precision=bf16-mixed", f"model.backend={backend}"],
                          "model.backend", "this run trains on cpu")
     assert "precision" not in err
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("model", "backend"), [("gcn", "gespmm"), ("gat", "gespmm"), ("gat", "fused")])
-def test_gcn_and_gat_train_with_a_kernel_backend_under_mixed_precision_on_cuda(tiny, model, backend):
+@pytest.mark.parametrize(("model", "backend"), [("gcn", "gespmm"), ("gat", "gespmm"), ("gat", "fused"),
+                                               ("sage", "gespmm"), ("saint", "gespmm")])
+def test_kernel_backends_train_under_mixed_precision_on_cuda(tiny, model, backend):
     assert main([*tiny, "trainer.accelerator=gpu", "trainer.max_epochs=2", f"model={model}",
                  "trainer.precision=bf16-mixed", f"model.backend={backend}"]) == 0
 

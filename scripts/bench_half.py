@@ -7,7 +7,7 @@ unweighted mean of a GraphSAGE layer, on the suite's PubMed, RMAT s15 subgraph a
 under 1,000,000 nnz, interleaved over the contestants, output allocation included), as bench_spmm does. The
 half-precision outputs are checked against the float64 reference before timing.
 
-Usage: python scripts/bench_half.py [--data .benchdata] [--out docs/benchmarks/half.json --md docs/benchmarks/half.md]
+Usage: python scripts/bench_half.py [--data .benchdata] [--out docs/benchmarks/half_h200.json --md docs/benchmarks/half_h200.md]
 """
 
 from __future__ import annotations
@@ -115,8 +115,8 @@ def markdown(report: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=Path(".benchdata"), help="folder with pubmed.mtx")
-    parser.add_argument("--out", type=Path, default=Path("docs/benchmarks/half.json"))
-    parser.add_argument("--md", type=Path, default=Path("docs/benchmarks/half.md"))
+    parser.add_argument("--out", type=Path, default=Path("docs/benchmarks/half_h200.json"))
+    parser.add_argument("--md", type=Path, default=Path("docs/benchmarks/half_h200.md"))
     args = parser.parse_args()
     report = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "torch": torch.__version__,
               "gpu": torch.cuda.get_device_name(), "rows": []}

@@ -348,14 +348,35 @@ def test_gat_self_loops_are_cached_per_graph():
     assert looped.num_edges == int((graph.edge_index[0] != graph.edge_index[1]).sum()) + graph.num_nodes
 
 
-@pytest.mark.parametrize("conv", ["gcn", "gat_h4_concat", "sage_pool"])
-def test_explicit_backend_is_used(conv):
+@pytest.mark.parametrize(("conv", "ops"), [("gcn", ["aggregate"]), ("gat_h4_concat", ["edge_softmax", "aggregate"]),
+                                          ("sage_pool", ["aggregate"])])
+def test_explicit_backend_is_used(conv, ops):
+    """Every engine op of the layer runs on its ``backend``: a spy backend (the reference's ops, recording their
+    calls) sees them all, and gives the default's result (on CPU the reference's, so the result alone could not
+    tell which backend ran)."""
     graph = make_graph_case("isolated")
     x = torch.randn(graph.num_nodes, IN)
     ours, _ = _pair(conv)
     expected = ours(x, graph)
-    ours.backend = "reference"
-    torch.testing.assert_close(ours(x, graph), expected)
+    calls = []
+
+    def spy(name, fn):
+        def op(*args, **kwargs):
+            calls.append(name)
+            return fn(*args, **kwargs)
+        return op
+
+    reference = {"aggregate": graphfuse.engine.reference.aggregate, "sddmm": graphfuse.engine.reference.sddmm,
+                 "edge_softmax": graphfuse.engine.reference.edge_softmax}
+    graphfuse.engine.register_backend(graphfuse.engine.Backend(
+        name="spy", ops={name: spy(name, fn) for name, fn in reference.items()}, devices=frozenset({"cpu"}),
+        priority=-200))
+    try:
+        ours.backend = "spy"
+        torch.testing.assert_close(ours(x, graph), expected)
+        assert calls == ops
+    finally:
+        graphfuse.engine.unregister_backend("spy")
     ours.backend = "no-such-backend"
     with pytest.raises(ValueError, match="no-such-backend"):
         ours(x, graph)

@@ -331,9 +331,12 @@ class HpSpmmAggregate(torch.autograd.Function):
 
 
 def _scaled_grad(graph: Graph, grad_out: Tensor, reduce: str) -> Tensor:
+    """The output gradient, divided by the in-degree for a mean: in float32 for float16/bfloat16 (a degree of
+    65,520 or more is inf in float16, and the division then zeroed the hub's gradient), rounded back once."""
     g = grad_out.contiguous()
     if reduce == "mean":
-        g = g / graph.in_degree.clamp(min=1).to(g.dtype).unsqueeze(1)
+        wide = _wide(g)
+        g = (wide / graph.in_degree.clamp(min=1).to(wide.dtype).unsqueeze(1)).to(g.dtype)
     return g
 
 
@@ -586,7 +589,8 @@ _BACKENDS = (  # name, aggregate, deterministic on, priority under "auto"
     ("hpspmm", hpspmm_aggregate, frozenset(), 5),
 )
 KERNEL_BACKENDS = tuple(name for name, *_ in _BACKENDS)
-"""Names of the CUDA kernel backends (features of a dtype in ``SUPPORTED_DTYPES`` only)."""
+"""Names of the CUDA kernel backends (features of a dtype in ``SUPPORTED_DTYPES``; ``gespmm``'s aggregation also
+float16/bfloat16, ``GESPMM_DTYPES``)."""
 
 
 def register() -> None:

@@ -632,6 +632,19 @@ def test_gar_refuses_an_empty_rowptr():
         gar.gar_forward(torch.empty(0, dtype=torch.long), torch.empty(0, dtype=torch.int32), torch.randn(2, 4))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_mean_gradient_of_a_hub_in_half_precision_is_scaled_in_float32(dtype):
+    """The mean's backward divides the output gradient by the in-degree before GE-SpMM on CSC: in float16 a degree
+    of 65,520 or more was inf, and the hub's sources got a zero gradient (review). Rounded once, from float32."""
+    n = 70_001
+    g = graphfuse.Graph(torch.stack([torch.arange(1, n), torch.zeros(n - 1, dtype=torch.long)]), num_nodes=n)
+    grad = torch.full((n, 4), 3.0, dtype=dtype)
+    scaled = autograd._scaled_grad(g, grad, "mean")
+    assert scaled.dtype == dtype
+    assert torch.equal(scaled[0], torch.full((4,), 3.0 / 70_000).to(dtype))
+    assert torch.equal(scaled[1:], grad[1:])  # no in-edges: divided by 1
+
+
 def test_choose_thresholds_are_the_documented_average_in_degrees():
     """"auto" on CUDA: gar for learned weights from an average in-degree of 32 on (mutant AU1: only above it),
     gas for sum/mean below 2 (mutant AU2: at 2 too), gespmm otherwise."""

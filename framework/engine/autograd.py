@@ -407,6 +407,10 @@ class BoundAggregate:
 
     def __init__(self, name: str, graph: Graph, x: Tensor, edge_weight: Tensor | None, reduce: str) -> None:
         _check_aggregate_dtype(name, x)
+        if edge_weight is not None and edge_weight.dtype != x.dtype:  # graphfuse.aggregate casts them; a direct
+            # call of a backend function would have the kernel read them as x's dtype
+            raise TypeError(f"aggregate: edge_weight must have x's dtype {x.dtype} on the kernel backends; got "
+                            f"{edge_weight.dtype} (graphfuse.aggregate casts it)")
         self.heads = _heads(edge_weight)
         # (E, 1) weights go to the kernels as an (E,) view (see _one_head); the memo's signature fixes their shape
         self.one_head = edge_weight is not None and edge_weight.dim() == 2 and self.heads == 1

@@ -599,6 +599,10 @@ def test_kernel_backends_refuse_half_precision_by_op():
     with pytest.raises(TypeError, match="aggregate: the CUDA kernel backends support float32 and float64 features; "
                                         "got torch.int64"):
         autograd.gespmm_aggregate(g, x.long())
+    # the backend functions called directly: weights of another dtype were read by the kernel as x's (review)
+    for features, weights in ((x, torch.ones(g.num_edges)), (x.float(), torch.ones(g.num_edges, dtype=torch.float64))):
+        with pytest.raises(TypeError, match=f"aggregate: edge_weight must have x's dtype {features.dtype}"):
+            autograd.gespmm_aggregate(g, features, weights)
 
 
 def test_edge_softmax_is_stable_for_large_scores():

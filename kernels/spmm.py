@@ -109,7 +109,8 @@ def _schedule_fill(rowptr: Tensor, incl: Tensor, segment: int, parts: tuple[Tens
 def config(k: int, dtype: torch.dtype, vec: int | None = None) -> tuple[int, int, int]:
     """(VEC, CF, GROUP) for width K: VEC-wide loads (the widest K allows for aligned operands, or ``vec``),
     GROUP lanes per row (a power of two) and CF column chunks per lane (coarse-grained warp merging) covering at
-    most ``TILE`` columns (twice that for float16/bfloat16: the same bytes); grid.y walks the tiles. Below K = 32: scalar loads, GROUP the power of two >= K.
+    most ``TILE`` columns (twice that for float16/bfloat16: the same bytes); grid.y walks the tiles. Below K = 32:
+    scalar loads, GROUP the power of two >= K.
     From K = 32, several rows share a warp while K spans at most 16 vectors (GROUP = 8 at K = 32, 16 at K = 64;
     on the H100's large graphs 1.1-1.9x faster for a sum; for mean and max up to 1.4x faster at K = 32, up to
     1.17x slower at K = 64 on RMAT s18 4M and s21, before spmm.cu's gespmm_min_blocks; with it, max within 1.13x

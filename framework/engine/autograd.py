@@ -29,9 +29,10 @@ A backend's determinism is per call (``Backend.deterministic_call``): what ``gas
 and every backend's ``sddmm``, ``edge_softmax`` and ``sampled_aggregate``, run deterministically, so
 ``deterministic=True`` refuses only their own atomic aggregations.
 
-``"auto"`` on CUDA (see :func:`choose`): ``gespmm`` for float16/bfloat16 features; ``gar`` when the edge weights need a gradient (the GAT case) and
-the graph is dense (average in-degree >= 32, where its fused backward pays); ``gas`` for sum/mean on very
-sparse graphs (average in-degree < 2) when no deterministic result is asked for; ``gespmm`` otherwise.
+``"auto"`` on CUDA (see :func:`choose`): ``gespmm`` for float16/bfloat16 features; ``gar`` when the edge weights
+need a gradient (the GAT case) and the graph is dense (average in-degree >= 32, where its fused backward pays);
+``gas`` for sum/mean on very sparse graphs (average in-degree < 2) when no deterministic result is asked for;
+``gespmm`` otherwise.
 Every backend's ``sddmm`` op is HP-SDDMM (kernels/sddmm.cu).
 
 GE-SpMM calls go through :class:`~graphfuse.kernels.spmm.GespmmPlan`s cached on the graph (:func:`gespmm_plan`),

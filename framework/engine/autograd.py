@@ -49,7 +49,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from graphfuse.engine.dispatcher import Backend, register_backend
-from graphfuse.engine.reference import saveable_weights
+from graphfuse.engine.reference import saveable_weights, widened
 from graphfuse.graph import Graph
 from graphfuse.kernels import es_spmm as es_kernels
 from graphfuse.kernels import gar as gar_kernels
@@ -201,11 +201,6 @@ def _check_aggregate_dtype(name: str, x: Tensor) -> None:
                     "backend='gespmm', which also takes float16 and bfloat16, or backend='reference')")
 
 
-def _wide(t: Tensor) -> Tensor:
-    """``t`` in float32 when it is float16/bfloat16 (for the kernels that take float32/float64 only)."""
-    return t.float() if t.dtype in runtime.HALF_DTYPES else t
-
-
 # ------------------------------------------------------------------------------------------ functions
 class GespmmAggregate(torch.autograd.Function):
     """GE-SpMM aggregation; gradients through GE-SpMM on CSC and the SDDMM pass. Deterministic."""
@@ -232,9 +227,9 @@ class GespmmAggregate(torch.autograd.Function):
             plan = gespmm_plan(graph, "csc", g, heads=heads, weighted=w is not None, argmask=arg is not None)
             dx, _ = plan(g, _permuted(graph, w, "csc"), **mask)
         if w is not None and ctx.needs_input_grad[2] and arg is None:
-            dw = _edge_dots(graph, _wide(g), _wide(x), heads).to(w.dtype)
+            dw = _edge_dots(graph, widened(g), widened(x), heads).to(w.dtype)
         elif w is not None and ctx.needs_input_grad[2]:  # max/min: only the chosen entries get a gradient
-            _, dw = gar_kernels.gar_backward(csc.colptr, _index32(graph, "csc"), _wide(g), _wide(x), None,
+            _, dw = gar_kernels.gar_backward(csc.colptr, _index32(graph, "csc"), widened(g), widened(x), None,
                                              heads=heads, edge_perm=csc.perm, need_dx=False, need_dw=True,
                                              validate=False, **mask)
             dw = dw.to(w.dtype)
@@ -336,7 +331,7 @@ def _scaled_grad(graph: Graph, grad_out: Tensor, reduce: str) -> Tensor:
     65,520 or more is inf in float16, and the division then zeroed the hub's gradient), rounded back once."""
     g = grad_out.contiguous()
     if reduce == "mean":
-        wide = _wide(g)
+        wide = widened(g)
         g = (wide / graph.in_degree.clamp(min=1).to(wide.dtype).unsqueeze(1)).to(g.dtype)
     return g
 

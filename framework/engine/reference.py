@@ -22,9 +22,10 @@ def _expand_like(index: Tensor, values: Tensor) -> Tensor:
     return index.view(-1, *([1] * (values.dim() - 1))).expand_as(values)
 
 
-def _widened(t: Tensor) -> Tensor:
+def widened(t: Tensor) -> Tensor:
     """``t`` in float32 when it is float16/bfloat16: sums over edges accumulate there (in half precision a sum of
-    ones stops growing at 2048 / 256); the ops cast their results back."""
+    ones stops growing at 2048 / 256); the ops cast their results back. The kernel backends widen this way the
+    operands they hand to float32/float64-only kernels."""
     return t.to(torch.promote_types(t.dtype, torch.float32))
 
 
@@ -48,7 +49,7 @@ def aggregate(graph: Graph, x: Tensor, edge_weight: Tensor | None = None, reduce
     msg = _weighted_messages(graph, x, edge_weight)
     dst = graph.edge_index[1]
     if reduce in ("sum", "mean"):
-        wide = _widened(msg)
+        wide = widened(msg)
         out = wide.new_zeros(graph.num_dst, *x.shape[1:]).index_add(0, dst, wide)
         if reduce == "mean":
             count = graph.in_degree.clamp(min=1).to(out.dtype)
@@ -75,7 +76,7 @@ def sddmm(graph: Graph, a: Tensor, b: Tensor, edge_weight: Tensor | None = None)
     """Per-edge dot products ``out[e] = <a[dst_e], b[src_e]>`` (per head for 3-D inputs), times ``w_e``; half
     precision summed in float32, as a matrix product does."""
     src, dst = graph.edge_index
-    out = (_widened(a).index_select(0, dst) * _widened(b).index_select(0, src)).sum(-1)
+    out = (widened(a).index_select(0, dst) * widened(b).index_select(0, src)).sum(-1)
     if edge_weight is not None:
         out = out * saveable_weights(edge_weight).view(-1, *([1] * (out.dim() - 1)))
     return out.to(a.dtype)
@@ -84,7 +85,7 @@ def sddmm(graph: Graph, a: Tensor, b: Tensor, edge_weight: Tensor | None = None)
 def edge_softmax(graph: Graph, scores: Tensor) -> Tensor:
     """Softmax of edge scores over each target's in-edges (max-subtracted, per head)."""
     dst = graph.edge_index[1]
-    wide = _widened(scores)
+    wide = widened(scores)
     row_max = wide.new_zeros(graph.num_dst, *scores.shape[1:]).scatter_reduce(
         0, _expand_like(dst, scores), wide.detach(), "amax", include_self=False
     )

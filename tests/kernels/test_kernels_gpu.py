@@ -4,6 +4,7 @@ determinism of gespmm and gar; sddmm, edge softmax, the launchers' extras and th
 
 from __future__ import annotations
 
+import copy
 import functools
 import sys
 import threading
@@ -363,18 +364,24 @@ def test_bitwise_deterministic(backend, reduce, k, dtype):
 
 @pytest.mark.parametrize("backend", ["gas", "hpspmm"])
 def test_atomic_backends_under_deterministic(backend):
-    """Their own sum/mean aggregations are refused; their sddmm and edge softmax (atomic-free) run."""
+    """Their own sum/mean aggregations are refused; their sddmm and edge softmax (atomic-free) run, match the
+    float64 reference and repeat bitwise."""
     g = graph("hub")
     x = torch.randn(g.num_src, 8, device="cuda")
     for reduce in ("sum", "mean"):
         with pytest.raises(ValueError, match=f"backend '{backend}' is not deterministic on cuda for this call"):
             graphfuse.aggregate(g, x, reduce=reduce, backend=backend, deterministic=True)
     a = torch.randn(g.num_dst, 8, device="cuda")
-    assert torch.equal(graphfuse.sddmm(g, a, x, backend=backend, deterministic=True),
-                       graphfuse.sddmm(g, a, x, backend="gespmm"))
     scores = torch.randn(g.num_edges, device="cuda")
-    assert torch.equal(graphfuse.edge_softmax(g, scores, backend=backend, deterministic=True),
-                       graphfuse.edge_softmax(g, scores, backend="gespmm"))
+    runs = [(graphfuse.sddmm(g, a, x, backend=backend, deterministic=True),
+             graphfuse.edge_softmax(g, scores, backend=backend, deterministic=True)) for _ in range(2)]
+    for first, second in zip(*runs):
+        assert torch.equal(first, second)
+    dots, soft = runs[0]
+    src, dst = g.edge_index
+    scale = (a.double().abs().index_select(0, dst) * x.double().abs().index_select(0, src)).sum(-1)
+    assert_close(dots, reference.sddmm(g, a.double(), x.double()), scale)
+    assert_close(soft, reference.edge_softmax(g, scores.double()))
 
 
 @pytest.mark.parametrize("case", ["unsorted", "hub", "bipartite", "no_edges", "big_hub"])
@@ -412,14 +419,16 @@ def test_gas_fused_self_loops():
     assert_close(dx, ref_dx, reference.aggregate(gt, grad.double().abs(), w.double()) + grad.double().abs())
 
 
+def test_row_schedule_is_none_without_long_rows():
+    rowptr = torch.tensor([0, 0, 5, 6, 6, 13], device="cuda")
+    assert spmm_kernels.row_schedule(rowptr, 7) is None
+
+
 @pytest.mark.parametrize("segment", [1, 2, 3, 100])
 def test_row_schedule_covers_rows(segment):
-    deg = torch.tensor([0, 5, 1, 0, 7, 2, 3], device="cuda")
+    deg = torch.tensor([0, 5, 1, 0, 7, 2, 3, 250, 100, 101], device="cuda")
     rowptr = torch.cat([torch.zeros(1, dtype=torch.int64, device="cuda"), deg.cumsum(0)])
     sched = spmm_kernels.row_schedule(rowptr, segment)
-    if deg.max() <= segment:
-        assert sched is None
-        return
     seg_len = sched.seg_ptr.diff()
     assert int(seg_len.max()) <= segment and int(seg_len.min()) >= 0
     assert sched.seg_ptr[0] == 0 and sched.seg_ptr[-1] == rowptr[-1]
@@ -619,6 +628,8 @@ def test_gespmm_split_rows_in_cuda_graphs(in_kernel, monkeypatch):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_auto_and_layers_run_on_backend(backend):
+    """The layers on a kernel backend against a float64 copy of themselves on the reference: outputs and the
+    gradients of the input and of every parameter."""
     nn = pytest.importorskip("graphfuse.nn")
     g = graph("hub")
     x = torch.randn(g.num_src, 16, device="cuda")
@@ -627,12 +638,21 @@ def test_auto_and_layers_run_on_backend(backend):
               nn.SAGEConv(16, 8, aggr="mean")]
     for layer in layers:
         layer = layer.cuda()
+        ref_layer = copy.deepcopy(layer).double()
+        x64 = x.double().requires_grad_(True)
         with graphfuse.use_backend("reference"):
-            ref = layer(x, g)
+            ref = ref_layer(x64, g)
+        grad = torch.randn(ref.shape, device="cuda")
+        ref.backward(grad.double())
+        xi = x.clone().requires_grad_(True)
         with graphfuse.use_backend(backend):
-            out = layer(x, g)
-            out.sum().backward()
-        torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+            out = layer(xi, g)
+        out.backward(grad)
+        pairs = [(out, ref), (xi.grad, x64.grad)]
+        pairs += [(p.grad, q.grad) for p, q in zip(layer.parameters(), ref_layer.parameters(), strict=True)]
+        for got, want in pairs:
+            atol = 1e-4 * max(1.0, float(want.detach().abs().max()))
+            torch.testing.assert_close(got.detach().double(), want.detach(), rtol=1e-4, atol=atol)
     out = graphfuse.aggregate(g, x)  # "auto" on CUDA picks a kernel backend and matches the reference
     assert_close(out, reference.aggregate(g, x.double()), reference.aggregate(g, x.double().abs()))
 

@@ -196,7 +196,8 @@ def _check_aggregate_dtype(name: str, x: Tensor) -> None:
     if x.dtype in SUPPORTED_DTYPES or (name == "gespmm" and x.dtype in GESPMM_DTYPES):
         return
     if x.dtype not in GESPMM_DTYPES:
-        _check_dtype("aggregate", x)
+        raise TypeError(f"aggregate: the CUDA kernel backends support float32 and float64 features, gespmm also "
+                        f"float16 and bfloat16; got {x.dtype} (use backend='reference')")
     raise TypeError(f"aggregate: backend {name!r} supports float32 and float64 features; got {x.dtype} (use "
                     "backend='gespmm', which also takes float16 and bfloat16, or backend='reference')")
 

@@ -596,9 +596,10 @@ def test_kernel_backends_refuse_half_precision_by_op():
         with pytest.raises(TypeError, match="aggregate: backend '(gar|gas|hpspmm)' supports float32 and float64 "
                                             "features; got torch.bfloat16 .use backend='gespmm'"):
             aggregate(g, x)
-    with pytest.raises(TypeError, match="aggregate: the CUDA kernel backends support float32 and float64 features; "
-                                        "got torch.int64"):
-        autograd.gespmm_aggregate(g, x.long())
+    for aggregate in (autograd.gespmm_aggregate, autograd.gar_aggregate):
+        with pytest.raises(TypeError, match="aggregate: the CUDA kernel backends support float32 and float64 "
+                                            "features, gespmm also float16 and bfloat16; got torch.int64"):
+            aggregate(g, x.long())
     # the backend functions called directly: weights of another dtype were read by the kernel as x's (review)
     for features, weights in ((x, torch.ones(g.num_edges)), (x.float(), torch.ones(g.num_edges, dtype=torch.float64))):
         with pytest.raises(TypeError, match=f"aggregate: edge_weight must have x's dtype {features.dtype}"):

@@ -47,6 +47,13 @@ def poison(value: float = float("nan"), dtype: torch.dtype = torch.float32) -> N
     del blocks
 
 
+def poison_next(shape: tuple[int, ...], dtype: torch.dtype = torch.float32, value: float = float("nan")) -> None:
+    """Fill with ``value`` the block that the next allocation of ``shape`` and ``dtype`` on this stream gets: the
+    caching allocator hands a freed block of the requested size back first (the lowest address among equal fits),
+    which may otherwise be an earlier call's output holding the expected values."""
+    torch.full(shape, value, dtype=dtype, device="cuda")
+
+
 @pytest.fixture(autouse=True)
 def poison_allocator():
     """Outputs start as NaN (float32 NaN; the half-precision tests poison for their own dtypes)."""
@@ -550,13 +557,19 @@ def test_gespmm_split_rows_fold_again_and_on_another_stream(k, reduce, in_kernel
         whole = spmm_kernels.GespmmPlan(g.csr.rowptr, col, k=k, dtype=torch.float32, reduce=reduce, wmode=1,
                                         track=True)
         assert torch.equal(arg, whole(x, wv)[1])
+    def poisoned_call():  # an unwritten element (e.g. a row whose fold did not run) must not show old results
+        poison_next(out.shape)
+        if track:
+            poison_next(arg.shape, torch.int64, -7)
+        return plan(x, wv)
+
     for _ in range(2):
-        again = plan(x, wv)
+        again = poisoned_call()
         assert torch.equal(again[0], out) and (not track or torch.equal(again[1], arg))
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        other = plan(x, wv)
+    with torch.cuda.stream(side):  # the allocator's blocks are per stream: poisoned there
+        other = poisoned_call()
     torch.cuda.current_stream().wait_stream(side)
     assert torch.equal(other[0], out) and len(plan.workspaces) == 2
 
@@ -671,6 +684,7 @@ def test_calls_without_gradient_match_on_every_memo_hit(case, reduce, backend):
 
     def check(x, w):
         weights = g.edge_weight if w is None else w
+        poison_next((g.num_dst, *x.shape[1:]))  # else a hit could get the previous call's correct output block
         out = graphfuse.aggregate(g, x, w, reduce, backend=backend)
         ref = reference.aggregate(g, x.double(), weights.double(), reduce)
         scale = reference.aggregate(g, x.double().abs(), weights.double(), reduce) if reduce != "max" else None
@@ -690,6 +704,7 @@ def test_calls_without_gradient_match_on_every_memo_hit(case, reduce, backend):
     unweighted = graphfuse.Graph(base.edge_index, num_src=base.num_src, num_dst=base.num_dst)
     xu = torch.randn(g.num_src, 32, device="cuda")
     for _ in range(2):
+        poison_next((unweighted.num_dst, 32))
         out = graphfuse.aggregate(unweighted, xu, reduce=reduce, backend=backend)
         scale = reference.aggregate(unweighted, xu.double().abs(), None, reduce) if reduce != "max" else None
         assert_close(out, reference.aggregate(unweighted, xu.double(), None, reduce), scale)

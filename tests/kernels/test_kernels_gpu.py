@@ -574,6 +574,30 @@ def test_gespmm_split_rows_fold_again_and_on_another_stream(k, reduce, in_kernel
     assert torch.equal(other[0], out) and len(plan.workspaces) == 2
 
 
+@functools.cache
+def out_hub_edges() -> tuple[torch.Tensor, int]:
+    """The big hub reversed: node 0 sends to 100,000 targets, so the transpose (CSC) has the long row."""
+    hub = make_big_hub()
+    return hub.edge_index.flip(0).cuda(), hub.num_nodes
+
+
+@pytest.mark.parametrize("in_kernel", [True, False])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("k", [7, 64])
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_gespmm_gradients_through_a_split_transpose_row(reduce, k, weighted, in_kernel, monkeypatch):
+    """The graph cases' rows are split only in the forward CSR: here a source with out-degree 100,000 makes
+    GE-SpMM's backward over the CSC split its row (3,125 segments; the argmask mode for max/min), folded in the
+    row kernel or by gespmm_combine. Feature and edge-weight gradients against float64."""
+    monkeypatch.setattr(spmm_kernels, "FOLD_MAX_PARTIALS", 1 << 40 if in_kernel else 0)
+    edge_index, n = out_hub_edges()
+    g = graphfuse.Graph(edge_index, num_nodes=n)  # a new Graph: its plans are built under the patched limit
+    plan = autograd.gespmm_plan(g, "csc", torch.empty(0, k, device="cuda"), reduce="sum", weighted=weighted)
+    assert plan.split and plan.fold_in_kernel == in_kernel  # the transpose's row is split, folded as asked
+    x, w = inputs(g, k, torch.float32, weighted)
+    run_and_compare("gespmm", g, x, w, reduce)
+
+
 def test_gespmm_split_rows_from_two_threads_on_one_stream(monkeypatch):
     """Two host threads on PyTorch's default stream share the plan's kept partials there: another thread's row
     kernel enqueued between a call's row kernel and its gespmm_combine overwrote the partials that combine then

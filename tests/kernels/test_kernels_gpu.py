@@ -277,12 +277,14 @@ def test_extremum_of_infinite_messages(backend, reduce, k, case):
 
 def nan_features(g: graphfuse.Graph, k: int) -> torch.Tensor:
     """Features with NaN where a row's messages are all NaN (column 0), where some are (every third source in
-    columns 1 to K/2) and where one source deep in the COO order is (column K - 1: inside a later segment of a
-    split hub row)."""
+    columns 1 to K/2) and where one source deep in the COO order is and the longest row's last entry (column
+    K - 1: the latter inside the last segment of a split hub row)."""
     x, _ = inputs(g, k, torch.float32, False)
     x[:, 0] = float("nan")
     x[1::3, 1 : k // 2 + 1] = float("nan")
     x[g.edge_index[0, g.num_edges * 2 // 3], k - 1] = float("nan")
+    last = g.csr.rowptr[int(g.csr.rowptr.diff().argmax()) + 1] - 1
+    x[g.csr.col[last], k - 1] = float("nan")
     return x
 
 

@@ -357,7 +357,25 @@ DETERMINISTIC = [(b, r) for b in ("gespmm", "gar") for r in REDUCES] + [
 @pytest.mark.parametrize(("backend", "reduce", "dtype"), [(b, r, torch.float32) for b, r in DETERMINISTIC] + [
     ("gespmm", r, dt) for r in REDUCES for dt in HALF_DTYPES])
 def test_bitwise_deterministic(backend, reduce, k, dtype):
-    g = skewed_graph()
+    assert_two_runs_equal(skewed_graph(), backend, reduce, k, dtype)
+
+
+@pytest.mark.parametrize("k", [7, 64, 602])
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("dtype", [torch.float32, *HALF_DTYPES])
+def test_bitwise_deterministic_with_the_in_kernel_fold(reduce, k, dtype, monkeypatch):
+    """The skewed graph's 12,696 partials go to gespmm_combine; here the row kernel folds them, whichever group
+    completes a row's counter (the fold's order must not depend on which)."""
+    limit = spmm_kernels.FOLD_MAX_PARTIALS
+    monkeypatch.setattr(spmm_kernels, "FOLD_MAX_PARTIALS", 1 << 40)
+    base = skewed_graph()
+    g = graphfuse.Graph(base.edge_index, num_nodes=base.num_nodes)  # its plans are built under the patched limit
+    assert autograd._schedule(g, "csr").num_partials > limit  # unpatched, gespmm_combine would fold them
+    assert_two_runs_equal(g, "gespmm", reduce, k, dtype)
+
+
+def assert_two_runs_equal(g, backend, reduce, k, dtype):
+    """Output and both gradients bitwise equal across two runs under deterministic=True."""
     x, w = inputs(g, k, dtype, True, seed=11)
     grad = torch.randn(g.num_dst, k, device="cuda", dtype=dtype)
     results = []

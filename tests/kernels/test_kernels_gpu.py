@@ -825,7 +825,22 @@ def test_hp_spmm_misaligned_and_unweighted():
 def test_hp_sddmm_matches_reference(case, c, heads, dtype):
     """Every (edge, head) dot product against float64, in COO order, scaled and not; C = 1500 takes several
     column tiles (no register reuse), odd C takes scalar loads."""
-    g = graph(case)
+    check_hp_sddmm(graph(case), c, heads, dtype)
+
+
+@pytest.mark.parametrize("npw", sddmm_kernels.NNZ_PER_WARP)
+@pytest.mark.parametrize("heads, c", [(1, 7), (3, 41), (2, 128), (1, 602)])
+@pytest.mark.parametrize("case", ["unsorted", "duplicates", "hub", "big_hub", "skewed"])
+def test_hp_sddmm_every_nnz_per_warp(monkeypatch, case, heads, c, npw):
+    """The graph cases hold at most 3 x 100,000 tasks, which nnz_per_warp gives 8 on an H100/H200 (more than 2
+    full waves at 32 need ~540,000): here each NnzPerWarp is forced, so warps run 8 to 512 tasks across row and
+    head boundaries."""
+    monkeypatch.setattr(sddmm_kernels, "nnz_per_warp", lambda tasks, full_wave, workers=8: npw)
+    check_hp_sddmm(skewed_graph() if case == "skewed" else graph(case), c, heads, torch.float32)
+
+
+def check_hp_sddmm(g, c, heads, dtype):
+    """hp_sddmm on ``g`` with ``heads`` blocks of ``c`` columns against float64, unscaled and scaled."""
     gen = torch.Generator(device="cuda").manual_seed(c)
     a = torch.randn(g.num_dst, heads * c, generator=gen, device="cuda", dtype=dtype)
     b = torch.randn(g.num_src, heads * c, generator=gen, device="cuda", dtype=dtype)

@@ -608,8 +608,8 @@ def test_float64_weights_with_float32_features_every_backend():
 def test_autocast():
     """Under autocast(float16): float32 features still go to the kernels (result float32); float16 features
     under "auto" take GE-SpMM (the result equals backend="gespmm"'s, bitwise, and the reference's to float16
-    rounding); the other kernel backends refuse float16 with a TypeError; the layers run, SAGEConv's sum on
-    GE-SpMM in float16."""
+    rounding); the other kernel backends refuse float16 with a TypeError; the layers (SAGEConv's sum on GE-SpMM in
+    float16) give the float32 layer's output and input gradient to float16's rounding."""
     gc, gg = graphs("hub")
     x = rand(gc.num_src, 16, seed=42)
     with torch.autocast("cuda", dtype=torch.float16):
@@ -625,11 +625,24 @@ def test_autocast():
         for backend in ("gar", "gas", "hpspmm"):
             with pytest.raises(TypeError, match=f"backend '{backend}' supports float32 and float64 features"):
                 graphfuse.aggregate(gg, xh, backend=backend)
-        xc = x.to(CUDA, torch.float32).requires_grad_()
-        for layer in (graphfuse.nn.GCNConv(16, 8), graphfuse.nn.SAGEConv(16, 8, aggr="max"),
-                      graphfuse.nn.SAGEConv(16, 8, backend="gespmm"), graphfuse.nn.GATConv(16, 4, heads=2)):
-            layer.cuda()(xc, gg).float().sum().backward()
-    assert torch.isfinite(xc.grad).all()
+    torch.manual_seed(0)
+    for layer in (graphfuse.nn.GCNConv(16, 8), graphfuse.nn.SAGEConv(16, 8, aggr="max"),
+                  graphfuse.nn.SAGEConv(16, 8, backend="gespmm"), graphfuse.nn.GATConv(16, 4, heads=2)):
+        layer.cuda()
+        # the same layer in float32 without autocast: output and input gradient within float16's rounding
+        outs, grads = [], []
+        for cast in (True, False):
+            xc = x.to(CUDA, torch.float32).requires_grad_()
+            with torch.autocast("cuda", dtype=torch.float16, enabled=cast):
+                out = layer(xc, gg)
+            out.float().backward(torch.linspace(-1, 1, out.numel(), device=CUDA).view(out.shape))
+            outs.append(out.float().detach())
+            grads.append(xc.grad)
+        assert not torch.equal(*outs), f"{type(layer).__name__}: autocast changed nothing"
+        for what, got, want in (("output", *outs), ("input gradient", *grads)):
+            scale = 1.0 + want.abs().max().item()
+            torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2 * scale,
+                                       msg=lambda m, what=what, layer=layer: f"{type(layer).__name__} {what}: {m}")
 
 
 # ------------------------------------------------------------------------------------------ P: weights changed

@@ -15,6 +15,7 @@ import torch
 import graphfuse
 from cases import GRAPH_CASES, TOLERANCES, make_big_hub, make_graph_case, torch_row_schedule
 from graphfuse.engine import autograd, reference
+from graphfuse.kernels import es_spmm as es_kernels
 from graphfuse.kernels import gas as gas_kernels
 from graphfuse.kernels import hp_spmm as hp_spmm_kernels
 from graphfuse.kernels import sddmm as sddmm_kernels
@@ -887,9 +888,13 @@ def test_hp_sddmm_is_bitwise_deterministic():
 # ------------------------------------------------------------------------------------------ ES-SpMM (engine)
 @pytest.mark.parametrize("reduce", REDUCES)
 @pytest.mark.parametrize("strategy", ["bucket", "fastrand", "random"])
-def test_sampled_aggregate_through_the_engine(strategy, reduce):
-    """``aggregate(..., sampling=)`` on CUDA runs the ES-SpMM kernel ("auto" and every kernel backend name)
-    and equals the reference's edge sampling; per-head weights go to the reference under "auto"."""
+def test_sampled_aggregate_through_the_engine(strategy, reduce, monkeypatch):
+    """``aggregate(..., sampling=)`` on CUDA runs the ES-SpMM kernel ("auto" and every kernel backend name; its
+    plan's calls counted) and equals the reference's edge sampling; per-head weights go to the reference under
+    "auto"."""
+    calls = []
+    launch = es_kernels.EsSpmmPlan.__call__
+    monkeypatch.setattr(es_kernels.EsSpmmPlan, "__call__", lambda plan, *args: calls.append(plan) or launch(plan, *args))
     g = graph("big_hub")
     x, w = inputs(g, 41, torch.float32, True)
     s = graphfuse.EdgeSampling(16, strategy, seed=3)
@@ -897,10 +902,14 @@ def test_sampled_aggregate_through_the_engine(strategy, reduce):
         ref = graphfuse.aggregate(g, x.double(), w.double(), reduce, sampling=s, backend="reference")
         scale = (graphfuse.aggregate(g, x.double().abs(), w.double(), reduce, sampling=s, backend="reference")
                  if reduce in ("sum", "mean") else None)
-        for backend in (None, "gespmm", "hpspmm"):
+        assert not calls
+        for n, backend in enumerate((None, "gespmm", "hpspmm"), 1):
+            poison_next((g.num_dst, 41))
             assert_close(graphfuse.aggregate(g, x, w, reduce, sampling=s, backend=backend), ref, scale)
+            assert len(calls) == n, f"backend={backend!r} did not run the ES-SpMM kernel"
         x3, w3 = inputs(g, 8, torch.float32, True, heads=2)
         out3 = graphfuse.aggregate(g, x3, w3, reduce, sampling=s)
+        assert len(calls) == 3  # per-head weights: the reference
         assert_close(out3, graphfuse.aggregate(g, x3.double(), w3.double(), reduce, sampling=s, backend="reference"),
                      None if reduce in ("max", "min") else graphfuse.aggregate(
                          g, x3.double().abs(), w3.double(), reduce, sampling=s, backend="reference"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 import pytest
@@ -120,9 +121,24 @@ def test_kernel_backends_under_mixed_precision_are_checked_for_the_device_only(c
 @pytest.mark.gpu
 @pytest.mark.parametrize(("model", "backend"), [("gcn", "gespmm"), ("gat", "gespmm"), ("gat", "fused"),
                                                ("sage", "gespmm"), ("saint", "gespmm")])
-def test_kernel_backends_train_under_mixed_precision_on_cuda(tiny, model, backend):
+def test_kernel_backends_train_under_mixed_precision_on_cuda(tiny, model, backend, monkeypatch, tmp_path):
+    """The run finishes both epochs on the GPU with finite losses, and the named backend's kernels ran (GE-SpMM's
+    row kernel; the fused attention's kernels for "fused"): the exit status alone passed a run that trained
+    through another path."""
+    from graphfuse.kernels import runtime as rt
+
+    launched = []
+    call, launch = rt.Kernel.__call__, rt.launch
+    monkeypatch.setattr(rt.Kernel, "__call__", lambda kernel, *args: launched.append(kernel.name) or call(kernel, *args))
+    monkeypatch.setattr(rt, "launch", lambda filename, name, *args, **kw: launched.append(name) or launch(
+        filename, name, *args, **kw))
     assert main([*tiny, "trainer.accelerator=gpu", "trainer.max_epochs=2", f"model={model}",
                  "trainer.precision=bf16-mixed", f"model.backend={backend}"]) == 0
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["epochs_run"] == 2 and metrics["device"] == torch.cuda.get_device_name(), metrics["device"]
+    assert all(math.isfinite(metrics[stage]["loss"]) for stage in ("train", "val", "test")), metrics
+    prefix = "gat_" if backend == "fused" else "gespmm_rows"
+    assert any(name.startswith(prefix) for name in launched), sorted(set(launched))
 
 
 def test_backend_of_a_pyg_twin_is_not_checked_against_the_device(tiny):

@@ -53,9 +53,10 @@ __device__ __forceinline__ void gespmm_fold_one(const A (&v)[VEC], const i64* __
 
 // dst[k] for this group's column tile (from k_base) = the reduce of partials p0 .. p0 + nseg - 1 of one
 // split row (kept in the accumulator type A), in that order (mean divides by the row's degree; max/min keep the
-// first best and its entry). CHUNK > 1 (gespmm_combine): the partials are read CHUNK at a time, every load of a
-// chunk before its reduce (the last chunk's predicated), so that a long fold waits for one L2 round trip per chunk
-// rather than per partial (the column guard inside the loop, as for CHUNK = 1, made nvcc branch around each load).
+// first best and its entry). CHUNK > 1 (gespmm_combine): the partials are read CHUNK at a time, every value load
+// of a chunk before its reduce (the last chunk's predicated), so that a long fold waits for one L2 round trip per
+// chunk rather than per partial (the column guard inside the loop, as for CHUNK = 1, made nvcc branch around each
+// load); a max/min's entry positions (TRACK) are still read one partial at a time, in the reduce.
 // CHUNK = 1 (the row kernel's fold): one partial at a time, which leaves the row kernel's registers as they were
 // (a chunk of 4 took a sum from 40 to 48).
 template <typename T, int REDUCE, bool TRACK, int VEC, int CF, int GROUP, int CHUNK, typename A = gf_acc_t<T>>

@@ -13,7 +13,7 @@ import torch
 import graphfuse
 import graphfuse.nn
 from cases import make_graph_case
-from graphfuse.engine import gat_aggregate, gat_attention, gat_scores
+from graphfuse.engine import dispatcher, gat_aggregate, gat_attention, gat_scores
 from graphfuse.graph import process_gcn
 from graphfuse.kernels import runtime
 
@@ -605,11 +605,12 @@ def test_float64_weights_with_float32_features_every_backend():
 
 
 @gpu
-def test_autocast():
+def test_autocast(monkeypatch):
     """Under autocast(float16): float32 features still go to the kernels (result float32); float16 features
     under "auto" take GE-SpMM (the result equals backend="gespmm"'s, bitwise, and the reference's to float16
-    rounding); the other kernel backends refuse float16 with a TypeError; the layers (SAGEConv's sum on GE-SpMM in
-    float16) give the float32 layer's output and input gradient to float16's rounding."""
+    rounding); the other kernel backends refuse float16 with a TypeError; the layers give the float32 layer's output
+    and input gradient to float16's rounding. Only GCNConv(normalize=False) aggregates float16 features (the
+    autocast Linear's; normalised GCN and GAT sum in float32, SAGE aggregates its float32 input)."""
     gc, gg = graphs("hub")
     x = rand(gc.num_src, 16, seed=42)
     with torch.autocast("cuda", dtype=torch.float16):
@@ -626,15 +627,23 @@ def test_autocast():
             with pytest.raises(TypeError, match=f"backend '{backend}' supports float32 and float64 features"):
                 graphfuse.aggregate(gg, xh, backend=backend)
     torch.manual_seed(0)
-    for layer in (graphfuse.nn.GCNConv(16, 8), graphfuse.nn.SAGEConv(16, 8, aggr="max"),
-                  graphfuse.nn.SAGEConv(16, 8, backend="gespmm"), graphfuse.nn.GATConv(16, 4, heads=2)):
+    dtypes = []  # of the features each aggregation of the layers gets
+    resolve = dispatcher.resolve_cached
+    monkeypatch.setattr(dispatcher, "resolve_cached",
+                        lambda *args, **kw: dtypes.append(kw["x"].dtype) or resolve(*args, **kw))
+    for layer in (graphfuse.nn.GCNConv(16, 8), graphfuse.nn.GCNConv(16, 8, normalize=False, backend="gespmm"),
+                  graphfuse.nn.SAGEConv(16, 8, aggr="max"), graphfuse.nn.SAGEConv(16, 8, backend="gespmm"),
+                  graphfuse.nn.GATConv(16, 4, heads=2)):
         layer.cuda()
         # the same layer in float32 without autocast: output and input gradient within float16's rounding
         outs, grads = [], []
         for cast in (True, False):
             xc = x.to(CUDA, torch.float32).requires_grad_()
+            dtypes.clear()
             with torch.autocast("cuda", dtype=torch.float16, enabled=cast):
                 out = layer(xc, gg)
+            if cast and getattr(layer, "normalize", True) is False:
+                assert torch.float16 in dtypes, dtypes
             out.float().backward(torch.linspace(-1, 1, out.numel(), device=CUDA).view(out.shape))
             outs.append(out.float().detach())
             grads.append(xc.grad)

@@ -833,9 +833,9 @@ def test_hp_sddmm_matches_reference(case, c, heads, dtype):
 @pytest.mark.parametrize("heads, c", [(1, 7), (3, 41), (2, 128), (1, 602)])
 @pytest.mark.parametrize("case", ["unsorted", "duplicates", "hub", "big_hub", "skewed"])
 def test_hp_sddmm_every_nnz_per_warp(monkeypatch, case, heads, c, npw):
-    """The graph cases hold at most 3 x 100,000 tasks, which nnz_per_warp gives 8 on an H100/H200 (more than 2
-    full waves at 32 need ~540,000): here each NnzPerWarp is forced, so warps run 8 to 512 tasks across row and
-    head boundaries."""
+    """The graph cases hold at most ~360,000 tasks (the big hub's edges x 3 heads), which nnz_per_warp gives 8 on an
+    H100/H200 (more than 2 full waves at 32 need ~540,000): here each NnzPerWarp is forced, so warps run 8 to 512
+    tasks across row and head boundaries."""
     monkeypatch.setattr(sddmm_kernels, "nnz_per_warp", lambda tasks, full_wave, workers=8: npw)
     check_hp_sddmm(skewed_graph() if case == "skewed" else graph(case), c, heads, torch.float32)
 

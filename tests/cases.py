@@ -117,3 +117,19 @@ def torch_row_schedule(rowptr: torch.Tensor, segment: int) -> tuple:
     seg_slot = torch.where(long_seg, -torch.cumsum(long_seg.long(), 0), seg_row)
     long_ptr = torch.cat([rowptr.new_zeros(1), torch.cumsum(nseg[is_long], 0)])
     return seg_ptr, seg_row, seg_slot, rows[is_long], long_ptr, segment, int(long_ptr[-1])
+
+
+def poison(value: float = float("nan"), dtype: torch.dtype = torch.float32) -> None:
+    """Fill the CUDA caching allocator's free blocks with ``value``, so outputs allocated by the kernels start as
+    it (a float NaN also reads as an index far out of range)."""
+    torch.cuda.synchronize()
+    blocks = [torch.full((1 << 17,), value, dtype=dtype, device="cuda") for _ in range(64)]  # small pool
+    blocks.append(torch.full((1 << 28,), value, dtype=dtype, device="cuda"))  # large pool, 1 GiB
+    del blocks
+
+
+def poison_next(shape: tuple[int, ...], dtype: torch.dtype = torch.float32, value: float = float("nan")) -> None:
+    """Fill with ``value`` the block that the next allocation of ``shape`` and ``dtype`` on this stream gets: the
+    caching allocator hands a freed block of the requested size back first (the lowest address among equal fits),
+    which may otherwise be an earlier call's output holding the expected values."""
+    torch.full(shape, value, dtype=dtype, device="cuda")

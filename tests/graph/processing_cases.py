@@ -68,9 +68,8 @@ def processing_graph(name: str, weighted: bool, dtype: torch.dtype = torch.float
     weight = None
     if weighted:
         gen = torch.Generator().manual_seed(seed + 1)
-        weight = torch.rand(ei.size(1), generator=gen, dtype=torch.float64) + 0.5
-        loops = ei[0] == ei[1]  # duplicated self-loops of a node share a weight: the reference keeps "one of
-        weight[loops] = 0.75 + ei[0, loops].double() / (4 * max(1, n_src))  # them", the GPU stage the last
-        weight = weight.to(dtype)
+        # duplicated self-loops of a node keep their own weights: the reference and the GPU stage both keep the
+        # last one in COO order, which every case checks
+        weight = (torch.rand(ei.size(1), generator=gen, dtype=torch.float64) + 0.5).to(dtype)
     g = Graph(ei, edge_weight=weight, num_src=n_src, num_dst=n_dst)
     return g.to(device)

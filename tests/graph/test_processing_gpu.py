@@ -1,5 +1,6 @@
 """The fused CUDA graph-processing stage against the reference: exact structure and permutations, values
-within 1e-6 relative of a float64 reference, every sort path, the int64 workspace, and clear errors."""
+within 1e-6 relative of a float64 reference, every sort path, the int64 workspace, and clear errors. Outputs are
+poisoned (the allocator's free blocks NaN) before every fused call."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 import torch
 from graph.processing_cases import ALL_CASES, SQUARE_CASES, processing_graph
 
+from cases import poison
 from graphfuse import Graph
 from graphfuse.graph import convert, norm, processing
 from graphfuse.kernels import graph_processing
@@ -14,6 +16,12 @@ from graphfuse.kernels import graph_processing
 pytestmark = pytest.mark.gpu
 
 VALUE_RTOL = {torch.float32: 1e-6, torch.float64: 1e-12}
+
+
+@pytest.fixture(autouse=True)
+def poison_allocator():
+    poison()
+    yield
 
 
 def as_float64(g: Graph) -> Graph:
@@ -39,11 +47,14 @@ def check(got: Graph, want: Graph, dtype: torch.dtype, expect_values: bool = Tru
     assert torch.equal(got.csr_to_csc.cpu(), want.csr_to_csc)
     assert torch.equal(got.cached(("kernels", "index32", "csr"), lambda: None).cpu(), want.csr.col.int())
     assert torch.equal(got.cached(("kernels", "index32", "csc"), lambda: None).cpu(), want.csc.row.int())
-    if not expect_values:
-        return
     w = got.edge_weight
-    assert w is not None and w.dtype == dtype
-    torch.testing.assert_close(w.cpu().double(), want.edge_weight, rtol=VALUE_RTOL[dtype], atol=1e-300)
+    if expect_values:
+        assert w is not None and w.dtype == dtype
+        torch.testing.assert_close(w.cpu().double(), want.edge_weight, rtol=VALUE_RTOL[dtype], atol=1e-300)
+    if w is None:
+        return
+    # the weights in CSR/CSC order that the stage seeds for the engine (build_formats' too: the engine uses them
+    # instead of permuting the weights itself)
     for fmt, perm in (("csr", csr.perm), ("csc", csc.perm)):
         seeded = got.cached(("kernels", "permuted", fmt), lambda: None, weighted=True)  # pre-filled, current
         assert seeded is not None and torch.equal(seeded, w[perm]), fmt
@@ -57,6 +68,7 @@ def test_gcn_norm_matches_reference(name, weighted, dtype):
     gc = g.to("cuda")
     g64 = as_float64(g)
     for add_loops, improved in ((True, False), (True, True), (False, False)):
+        poison()  # not the previous call's outputs
         got = processing.gcn_norm(gc, add_self_loops=add_loops, improved=improved, backend="fused")
         check(got, norm.gcn_norm(g64, add_self_loops=add_loops, improved=improved), value_dtype(g))
 
@@ -67,6 +79,7 @@ def test_add_remaining_self_loops_matches_reference(name, weighted):
     g = processing_graph(name, weighted, torch.float32)
     gc = g.to("cuda")
     for fill in (1.0, 2.5):
+        poison()
         got = processing.add_remaining_self_loops(gc, fill, backend="fused")
         check(got, norm.add_remaining_self_loops(as_float64(g), fill), torch.float32)
 
@@ -77,6 +90,7 @@ def test_mean_norm_and_formats_match_reference(name, weighted):
     g = processing_graph(name, weighted, torch.float64)
     gc = g.to("cuda")
     check(processing.mean_norm(gc, backend="fused"), norm.mean_norm(as_float64(g)), value_dtype(g))
+    poison()
     formats = processing.build_formats(gc, backend="fused")
     assert formats is gc and processing.build_formats(gc, backend="fused") is gc
     check(gc, g, torch.float64, expect_values=False)
@@ -143,13 +157,32 @@ def test_large_graph_multi_launch_scan():
 def test_radix_path_matches_reference(monkeypatch, name, weighted):
     """The large-graph path (two radix sorts, no segment sort) on every case: the same outputs."""
     monkeypatch.setattr(graph_processing, "RADIX_MIN_ENTRIES", 0)
-    g = processing_graph(name, weighted, torch.float32)
+    check_every_stage(processing_graph(name, weighted, torch.float32))
+
+
+@pytest.mark.parametrize("name", ["duplicates_loops", "warp_hub", "giant_hub", "many_loops"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_segment_sort_loops_past_its_grid(monkeypatch, name, weighted):
+    """The segment sort with one block for the long (block-sorted) segments and one for the rest, so both of
+    gp_sort's grid-stride loops run past their first pass (the cases have a few long segments and at most a few
+    thousand short ones: the default grid covers them in one)."""
+    monkeypatch.setattr(graph_processing, "BIG_GRID", 1)
+    monkeypatch.setattr(graph_processing, "SORT_GRID_MAX", 1)
+    check_every_stage(processing_graph(name, weighted, torch.float32))
+
+
+def check_every_stage(g: Graph) -> None:
+    """mean_norm, build_formats and (square graphs) gcn_norm and self-loops + mean on CUDA against the
+    reference, each output poisoned first."""
     g64 = as_float64(g)
     check(processing.mean_norm(g.to("cuda"), backend="fused"), norm.mean_norm(g64), torch.float32)
+    poison()
     formats = processing.build_formats(g.to("cuda"), backend="fused")
     check(formats, g, torch.float32, expect_values=False)
     if g.num_src == g.num_dst:
+        poison()
         check(processing.gcn_norm(g.to("cuda"), backend="fused"), norm.gcn_norm(g64), torch.float32)
+        poison()
         check(processing.process_graph(g.to("cuda"), self_loops=True, fill_value=1.5, norm="mean", backend="fused"),
               norm.mean_norm(norm.add_remaining_self_loops(g64, 1.5)), torch.float32)
 

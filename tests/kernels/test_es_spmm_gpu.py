@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import graphfuse
-from cases import GRAPH_CASES, TOLERANCES, make_big_hub, make_graph_case
+from cases import GRAPH_CASES, TOLERANCES, make_big_hub, make_graph_case, poison
 from graphfuse.engine.edge_sampling import EdgeSampling, sampled_aggregate
 from graphfuse.kernels import es_spmm as es
 
@@ -45,14 +45,6 @@ def structure(case: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(rowptr int64, col int32, perm): the kernel's CSR and the COO edge id of each CSR entry."""
     csr = graph(case).csr
     return csr.rowptr.contiguous(), csr.col.to(torch.int32).contiguous(), csr.perm
-
-
-def poison() -> None:
-    """Fill the caching allocator's free blocks with NaN, so outputs allocated by the kernels start as NaN."""
-    torch.cuda.synchronize()
-    blocks = [torch.full((1 << 17,), float("nan"), device="cuda") for _ in range(64)]  # small pool
-    blocks.append(torch.full((1 << 28,), float("nan"), device="cuda"))  # large pool, 1 GiB
-    del blocks
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,15 @@ import pytest
 import torch
 
 import graphfuse
-from cases import GRAPH_CASES, TOLERANCES, make_big_hub, make_graph_case, torch_row_schedule
+from cases import (
+    GRAPH_CASES,
+    TOLERANCES,
+    make_big_hub,
+    make_graph_case,
+    poison,
+    poison_next,
+    torch_row_schedule,
+)
 from graphfuse.engine import autograd, reference
 from graphfuse.kernels import es_spmm as es_kernels
 from graphfuse.kernels import gas as gas_kernels
@@ -38,21 +46,6 @@ def graph(case: str) -> graphfuse.Graph:
     else:
         g = make_graph_case(case)
     return g.to("cuda")
-
-
-def poison(value: float = float("nan"), dtype: torch.dtype = torch.float32) -> None:
-    """Fill the caching allocator's free blocks with ``value``, so outputs allocated by the kernels start as it."""
-    torch.cuda.synchronize()
-    blocks = [torch.full((1 << 17,), value, dtype=dtype, device="cuda") for _ in range(64)]  # small pool
-    blocks.append(torch.full((1 << 28,), value, dtype=dtype, device="cuda"))  # large pool, 1 GiB
-    del blocks
-
-
-def poison_next(shape: tuple[int, ...], dtype: torch.dtype = torch.float32, value: float = float("nan")) -> None:
-    """Fill with ``value`` the block that the next allocation of ``shape`` and ``dtype`` on this stream gets: the
-    caching allocator hands a freed block of the requested size back first (the lowest address among equal fits),
-    which may otherwise be an earlier call's output holding the expected values."""
-    torch.full(shape, value, dtype=dtype, device="cuda")
 
 
 def fold_split_rows(monkeypatch: pytest.MonkeyPatch, in_kernel: bool) -> None:

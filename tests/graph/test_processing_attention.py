@@ -12,6 +12,7 @@ from graph.processing_cases import processing_graph
 
 import graphfuse
 import graphfuse.nn
+from cases import poison
 from graphfuse import Graph
 from graphfuse.engine import attention, gat_aggregate, gat_attention, gat_scores
 from graphfuse.engine.reference import edge_softmax as reference_edge_softmax
@@ -254,13 +255,15 @@ def test_fused_aggregate_matches_reference(name, heads, dtype):
 @pytest.mark.parametrize("name", CASES)
 @pytest.mark.parametrize("backend", [None, "fused", "gespmm"])
 def test_aggregate_with_attention_on_cuda_matches_reference(name, backend):
-    """``return_attention=True`` on CUDA (fused attention, then the engine's per-head aggregation): output,
-    coefficients and the gradients through both against the float64 reference; with dropout, the output is
-    the sum taken with the returned coefficients."""
-    g, h, a_src, a_dst = attention_inputs(name, 4, 7, torch.float32, "cuda", loops=name != "bipartite")
+    """``return_attention=True`` on CUDA (None/"fused": the fused attention, then the engine's per-head
+    aggregation; "gespmm": the reference attention composed on GE-SpMM): output, coefficients and the gradients
+    through both against the float64 reference, outputs poisoned; with dropout, the kept coefficients are the
+    undropped ones / (1 - p), about p of them are zero, and the output is the sum taken with them."""
+    g, h, a_src, a_dst = attention_inputs(name, 4, 7, torch.float32, "cuda", seed=1, loops=name != "bipartite")
     grads = (torch.randn(g.num_dst, 4, 7, device="cuda"), torch.randn(g.num_edges, 4, device="cuda"))
 
     def run(dtype, backend):
+        poison()  # not an earlier test's (or run's) outputs
         leaves = [t.detach().to(dtype).requires_grad_(True) for t in (h, a_src, a_dst)]
         outs = gat_aggregate(g, *leaves, negative_slope=0.15, backend=backend, return_attention=True)
         torch.autograd.backward(outs, [t.to(dtype) for t in grads])
@@ -272,8 +275,13 @@ def test_aggregate_with_attention_on_cuda_matches_reference(name, backend):
     assert_close64(got_alpha, want_alpha, torch.float32)
     for a, b in zip(got_grads, want_grads):
         assert_close64(a, b, torch.float32)
-    out, alpha = gat_aggregate(g, h, a_src, a_dst, dropout=0.4, training=True, backend=backend, return_attention=True)
-    assert (alpha == 0).any()
+    p = 0.4
+    poison()
+    out, alpha = gat_aggregate(g, h, a_src, a_dst, negative_slope=0.15, dropout=p, training=True, backend=backend,
+                               return_attention=True)
+    kept = alpha != 0
+    assert abs(1 - kept.double().mean().item() - p) < 5 * (p * (1 - p) / alpha.numel()) ** 0.5
+    torch.testing.assert_close(alpha[kept], got_alpha[kept] / (1 - p), **TOL[torch.float32])
     torch.testing.assert_close(out, graphfuse.aggregate(g, h, edge_weight=alpha, backend="reference"),
                                **TOL[torch.float32])
 

@@ -363,11 +363,13 @@ def test_sample_neighbors_names_bad_arguments():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("k", [1, 2, 15, 40])
+@pytest.mark.parametrize("k", [1, 2, 15, 40, 64, 512])
 def test_floyd_kernel_equals_the_pytorch_loop(k):
+    """k = 64 and 512 and the 582,193-degree hub: ES-SpMM's random strategy takes its kept sets (and its tests'
+    references theirs) from this kernel at widths up to 512."""
     from graphfuse.kernels import sampling
 
-    special = torch.tensor([0, 1, max(k - 1, 0), k, k + 1, 2 * k, 100_000])
+    special = torch.tensor([0, 1, max(k - 1, 0), k, k + 1, 2 * k, 100_000, 577 * 1009])
     degree = torch.cat([special, torch.randint(0, 3 * k + 2, (5000,))]).cuda()
     draws = torch.rand(degree.numel(), k, dtype=torch.float64, device="cuda")
     kernel = sampling.floyd_picks(degree, draws)

@@ -12,8 +12,8 @@ import torch
 
 import graphfuse
 import graphfuse.nn
-from cases import make_graph_case
-from graphfuse.engine import dispatcher, gat_aggregate, gat_attention, gat_scores
+from cases import make_graph_case, poison
+from graphfuse.engine import autograd, dispatcher, gat_aggregate, gat_attention, gat_scores
 from graphfuse.graph import process_gcn
 from graphfuse.kernels import runtime
 
@@ -30,12 +30,10 @@ CUDA = "cuda"
 # ------------------------------------------------------------------------------------------ helpers
 @pytest.fixture(autouse=True)
 def _poison_allocator():
-    """Free blocks of the caching allocator hold NaN, so unwritten output elements are NaN."""
+    """Free blocks of the caching allocator hold NaN, so unwritten output elements are NaN (run_case and the
+    loops poison again before each call: an earlier call's freed output may hold the right values)."""
     if GPU_OK:
-        torch.cuda.synchronize()
-        blocks = [torch.full((1 << 16,), float("nan"), device=CUDA) for _ in range(32)]
-        blocks.append(torch.full((1 << 26,), float("nan"), device=CUDA))
-        del blocks
+        poison()
     yield
     if GPU_OK:
         torch.cuda.synchronize()
@@ -84,6 +82,7 @@ def reference(gc, x, w, reduce, grad, x_grad=True, w_grad=True):
 
 def run_case(gc, gg, x, w, reduce, backend, dtype=torch.float32, grad_seed=7):
     """aggregate on CUDA (x/w as given, gradients as their requires_grad says) against the reference."""
+    poison()
     out = graphfuse.aggregate(gg, x, w, reduce, backend=backend)
     grad = rand(*out.shape, seed=grad_seed)
     needs = x.requires_grad or (w is not None and w.requires_grad)
@@ -146,7 +145,8 @@ W_LAYOUTS = ["strided", "stride0", "heads_transposed", "heads_expand", "one_head
 @pytest.mark.parametrize("name", W_LAYOUTS)
 def test_edge_weight_layouts(name, backend):
     """Edge weights that are strided, stride-0 (expand of a scalar) or non-contiguous per head (3-D x),
-    values and weight gradients (into the base of the view)."""
+    values and weight gradients (into the base of the view). Per-head weights on hpspmm run GE-SpMM's sum
+    (autograd._function)."""
     reduce = {"gespmm": "max", "gar": "mean", "gas": "sum", "hpspmm": "sum"}[backend]
     gc, gg = graphs("unsorted")
     n, e, heads, c = gc.num_src, gc.num_edges, 3, 8
@@ -176,11 +176,15 @@ def test_edge_weight_layouts(name, backend):
 
 @gpu
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_three_d_features_with_non_contiguous_heads(backend):
-    """(N, H, C) features as a transposed (N, C, H) tensor, per-head weights; sum and max."""
+def test_three_d_features_with_non_contiguous_heads(backend, monkeypatch):
+    """(N, H, C) features as a transposed (N, C, H) tensor, per-head weights; sum and max. HP-SpMM takes one weight
+    per edge (it hands per-head weights and max to GE-SpMM, autograd._function): its sum is counted to run."""
+    hp_calls = []
+    apply = autograd.HpSpmmAggregate.apply
+    monkeypatch.setattr(autograd.HpSpmmAggregate, "apply", staticmethod(lambda *a: hp_calls.append(1) or apply(*a)))
     gc, gg = graphs("hub")
     base = rand(gc.num_src, 16, 4, seed=8)
-    w = rand(gc.num_edges, 4, seed=9, low=0.5)
+    w = rand(gc.num_edges, *(() if backend == "hpspmm" else (4,)), seed=9, low=0.5)
     for reduce in ("sum", "max"):
         base_c = base.to(CUDA, torch.float32).requires_grad_()
         w_c = w.to(CUDA, torch.float32).requires_grad_()
@@ -193,6 +197,7 @@ def test_three_d_features_with_non_contiguous_heads(backend):
         check(out, ref, what=f"{reduce} output")
         check(base_c.grad, base_r.grad, what=f"{reduce} grad of x")
         check(w_c.grad, w_r.grad, what=f"{reduce} grad of w")
+    assert len(hp_calls) == (backend == "hpspmm")  # the sum
 
 
 # ------------------------------------------------------------------------------------------ D: requires_grad
@@ -263,12 +268,16 @@ def test_inference_weights_with_learned_operands(backend):
         w = rand(gc.num_edges, seed=18, low=0.5).to(CUDA, torch.float32)
     x = rand(gc.num_src, 16, seed=19).to(CUDA, torch.float32).requires_grad_()
     a = rand(gc.num_dst, 16, seed=20).to(CUDA, torch.float32)
-    graphfuse.aggregate(gg, x, w, "sum", backend=backend).sum().backward()
-    graphfuse.sddmm(gg, a, x, w, backend=backend).sum().backward()
+    grads = rand(gc.num_dst, 16, seed=21), rand(gc.num_edges, seed=22)  # not .sum(): its gradient ignores the forward
+    outs = graphfuse.aggregate(gg, x, w, "sum", backend=backend), graphfuse.sddmm(gg, a, x, w, backend=backend)
+    torch.autograd.backward(outs, [g.to(CUDA, torch.float32) for g in grads])
     xr = x.detach().cpu().double().requires_grad_()
     wr = w.cpu().double()
-    graphfuse.aggregate(gc, xr, wr, "sum", backend="reference").sum().backward()
-    graphfuse.sddmm(gc, a.cpu().double(), xr, wr, backend="reference").sum().backward()
+    wants = (graphfuse.aggregate(gc, xr, wr, "sum", backend="reference"),
+             graphfuse.sddmm(gc, a.cpu().double(), xr, wr, backend="reference"))
+    torch.autograd.backward(wants, list(grads))
+    check(outs[0], wants[0], what="aggregate")
+    check(outs[1], wants[1], what="sddmm")
     check(x.grad, xr.grad, what="grad of x")
 
 
@@ -284,6 +293,7 @@ def test_inference_mode_first_then_training_on_cuda():
     with torch.inference_mode():
         for backend in BACKENDS:
             for reduce in ("sum", "max"):
+                poison()
                 out = graphfuse.aggregate(gg, x.to(CUDA, torch.float32), reduce=reduce, backend=backend)
                 check(out, reference(gc, x, None, reduce, None, False)[0], what=f"inference {backend}/{reduce}")
         graphfuse.edge_softmax(gg, torch.randn(gc.num_edges, 2, device=CUDA), backend="gespmm")
@@ -293,12 +303,21 @@ def test_inference_mode_first_then_training_on_cuda():
         xc = x.to(CUDA, torch.float32).requires_grad_()
         rdx, _ = run_case(gc, gg, xc, None, "max", backend)
         check(xc.grad, rdx, what=f"training {backend} grad of x")
-    scores = torch.randn(gc.num_edges, 2, device=CUDA, requires_grad=True)
-    graphfuse.edge_softmax(gg, scores, backend="gespmm").sum().backward()
-    a = torch.randn(gc.num_src, 2, device=CUDA, requires_grad=True)
-    gat_aggregate(gg, torch.randn(gc.num_src, 2, 4, device=CUDA), a, torch.randn(gc.num_dst, 2, device=CUDA),
-                  backend="fused").sum().backward()
-    assert scores.grad is not None and a.grad is not None
+    # edge softmax and the fused GAT aggregation against the reference, values and gradients (random upstream
+    # gradients: an edge softmax's .sum() has a zero gradient whatever the forward)
+    inputs = [rand(gc.num_edges, 2, seed=23), rand(gc.num_src, 2, 4, seed=24), rand(gc.num_src, 2, seed=25),
+              rand(gc.num_dst, 2, seed=26)]
+    grads = [rand(gc.num_edges, 2, seed=27), rand(gc.num_dst, 2, 4, seed=28)]
+    sc, hc, asc, adc = (t.to(CUDA, torch.float32).requires_grad_() for t in inputs)
+    sr, hr, asr, adr = (t.clone().requires_grad_() for t in inputs)
+    got = [graphfuse.edge_softmax(gg, sc, backend="gespmm"), gat_aggregate(gg, hc, asc, adc, backend="fused")]
+    torch.autograd.backward(got, [g.to(CUDA, torch.float32) for g in grads])
+    want = [graphfuse.edge_softmax(gc, sr, backend="reference"), gat_aggregate(gc, hr, asr, adr, backend="reference")]
+    torch.autograd.backward(want, grads)
+    for g, w, what in ((got[0], want[0], "edge softmax"), (got[1], want[1], "GAT aggregation"),
+                       (sc.grad, sr.grad, "grad of scores"), (hc.grad, hr.grad, "grad of h"),
+                       (asc.grad, asr.grad, "grad of a_src"), (adc.grad, adr.grad, "grad of a_dst")):
+        check(g, w, what=f"training after inference: {what}")
 
 
 @gpu
@@ -309,6 +328,7 @@ def test_no_grad_on_tensors_that_require_grad_every_backend():
     w = rand(gc.num_edges, seed=21, low=0.5)
     for backend in BACKENDS:
         for reduce in ("sum", "mean", "max", "min"):
+            poison()
             with torch.no_grad():
                 out = graphfuse.aggregate(gg, x.to(CUDA, torch.float32).requires_grad_(),
                                           w.to(CUDA, torch.float32).requires_grad_(), reduce, backend=backend)
@@ -561,7 +581,7 @@ def test_sddmm_and_edge_softmax_gradients_float64(heads):
     shape = (16,) if heads is None else (heads, 5)
     a, b = rand(gc.num_dst, *shape, seed=35), rand(gc.num_src, *shape, seed=36)
     w = rand(gc.num_edges, seed=37, low=0.5)
-    for backend in ("gespmm", "gas"):
+    for backend in ("gespmm",):  # every kernel backend registers the same sddmm and edge_softmax
         ac, bc, wc = (t.to(CUDA).requires_grad_() for t in (a, b, w))
         ar, br, wr = (t.clone().requires_grad_() for t in (a, b, w))
         s = graphfuse.sddmm(gg, ac, bc, wc, backend=backend)
@@ -730,6 +750,7 @@ def test_captured_aggregation_after_warmup_replays_with_new_inputs(backend):
         x, w = rand(gc.num_src, 64, seed=seed), rand(gc.num_edges, seed=seed + 10, low=0.5)
         sx.copy_(x.to(CUDA, torch.float32))
         sw.copy_(w.to(CUDA, torch.float32))
+        static_out.fill_(float("nan"))  # in the graph's private pool, which poison() does not reach
         cg.replay()
         torch.cuda.synchronize()
         check(static_out, reference(gc, x, w, reduce, None, False, False)[0], what=f"replay {seed}")
@@ -788,6 +809,7 @@ def test_capture_as_the_first_use_of_a_graph(backend):
     cg = torch.cuda.CUDAGraph()
     with torch.no_grad(), torch.cuda.graph(cg):
         static_out = graphfuse.aggregate(gg, x, reduce=reduce, backend=backend)
+    static_out.fill_(float("nan"))  # in the graph's private pool, which poison() does not reach
     cg.replay()
     torch.cuda.synchronize()
     check(static_out, want, what="replay")

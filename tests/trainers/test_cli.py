@@ -118,15 +118,24 @@ def test_kernel_backends_under_mixed_precision_are_checked_for_the_device_only(c
     assert "precision" not in err
 
 
+KERNEL_PREFIX = {"gespmm": "gespmm_rows", "gar": "gar_forward", "hpspmm": "hp_spmm", "fused": "gat_softmax_rows"}
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize(("model", "backend"), [("gcn", "gespmm"), ("gat", "gespmm"), ("gat", "fused"),
-                                               ("sage", "gespmm"), ("saint", "gespmm")])
+                                               ("sage", "gespmm"), ("saint", "gespmm"), ("gcn", "gar"),
+                                               ("gcn", "hpspmm")])
 def test_kernel_backends_train_under_mixed_precision_on_cuda(tiny, model, backend, monkeypatch, tmp_path):
-    """The run finishes both epochs on the GPU with finite losses, and the named backend's kernels ran (GE-SpMM's
-    row kernel; the fused attention's aggregation for "fused"): the exit status alone passed a run that trained
-    through another path."""
+    """The run finishes both epochs on the GPU with finite losses, the aggregations are asked for the named
+    backend, and its kernels ran (the fused attention's aggregation for "fused"): the exit status alone passed a run
+    that trained through another path, and "auto" picks GE-SpMM or the fused attention on the tiny graph, so the
+    kernel alone did not show that model.backend arrived (hence GAR and HP-SpMM, which "auto" does not pick)."""
+    from graphfuse.engine import dispatcher
     from graphfuse.kernels import runtime as rt
 
+    asked = []  # the backend argument of every aggregation's dispatch
+    resolve = dispatcher.resolve_cached
+    monkeypatch.setattr(dispatcher, "resolve_cached", lambda *args, **kw: asked.append(args[4]) or resolve(*args, **kw))
     launched = []
     call, launch = rt.Kernel.__call__, rt.launch
     monkeypatch.setattr(rt.Kernel, "__call__", lambda kernel, *args: launched.append(kernel.name) or call(kernel, *args))
@@ -137,8 +146,11 @@ def test_kernel_backends_train_under_mixed_precision_on_cuda(tiny, model, backen
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["epochs_run"] == 2 and metrics["device"] == torch.cuda.get_device_name(), metrics["device"]
     assert all(math.isfinite(metrics[stage]["loss"]) for stage in ("train", "val", "test")), metrics
-    prefix = "gat_softmax_rows" if backend == "fused" else "gespmm_rows"  # the fused aggregation, not gat_node_scores
-    assert any(name.startswith(prefix) for name in launched), sorted(set(launched))
+    assert any(name.startswith(KERNEL_PREFIX[backend]) for name in launched), sorted(set(launched))
+    if backend != "fused":  # the fused attention dispatches nothing
+        assert backend in asked, asked
+    if backend in ("gar", "hpspmm"):
+        assert not any(name.startswith("gespmm_rows") for name in launched), sorted(set(launched))
 
 
 def test_backend_of_a_pyg_twin_is_not_checked_against_the_device(tiny):

@@ -121,18 +121,19 @@ def torch_row_schedule(rowptr: torch.Tensor, segment: int) -> tuple:
 
 def poison(value: float = float("nan"), dtype: torch.dtype = torch.float32) -> None:
     """Fill the CUDA caching allocator's free blocks with ``value``, so outputs allocated by the kernels start as
-    it (a float NaN also reads as an index far out of range). Every free block of the default pool that
-    torch.cuda.memory_snapshot lists gets a tensor of exactly its size (the allocator's best fit puts it there:
-    filling the pools with large blocks only left the small holes, where small outputs land, holding earlier
-    results), then fresh small- and large-pool blocks are added for outputs larger than every hole."""
+    it (a float NaN also reads as an index far out of range). Large blocks first (a 1 GiB one and 64 of 512 KiB,
+    for outputs larger than every hole; they reuse the previous call's, so the pools do not grow), then every free
+    block of the default pool that torch.cuda.memory_snapshot still lists gets a tensor of exactly its size (the
+    allocator's best fit puts it there): filling the pools with large blocks only left the small holes, where small
+    outputs land, holding earlier results."""
     torch.cuda.synchronize()
-    item = torch.empty(0, dtype=dtype).element_size()
+    blocks = [torch.full((1 << 28,), value, dtype=dtype, device="cuda")]  # large pool, 1 GiB
+    blocks += [torch.full((1 << 17,), value, dtype=dtype, device="cuda") for _ in range(64)]  # small pool
+    item = blocks[0].element_size()
     holes = [block["size"] for segment in torch.cuda.memory_snapshot()
              if tuple(segment.get("segment_pool_id", (0, 0))) == (0, 0)
              for block in segment["blocks"] if block["state"] == "inactive"]
-    blocks = [torch.full((size // item,), value, dtype=dtype, device="cuda") for size in holes]
-    blocks += [torch.full((1 << 17,), value, dtype=dtype, device="cuda") for _ in range(64)]  # small pool
-    blocks.append(torch.full((1 << 28,), value, dtype=dtype, device="cuda"))  # large pool, 1 GiB
+    blocks += [torch.full((size // item,), value, dtype=dtype, device="cuda") for size in holes]
     del blocks
 
 

@@ -123,15 +123,16 @@ def poison(value: float = float("nan"), dtype: torch.dtype = torch.float32) -> N
     """Fill the CUDA caching allocator's free blocks with ``value``, so outputs allocated by the kernels start as
     it (a float NaN also reads as an index far out of range). Large blocks first (a 1 GiB one and 64 of 512 KiB,
     for outputs larger than every hole; they reuse the previous call's, so the pools do not grow), then every free
-    block of the default pool that torch.cuda.memory_snapshot still lists gets a tensor of exactly its size (the
-    allocator's best fit puts it there): filling the pools with large blocks only left the small holes, where small
-    outputs land, holding earlier results."""
+    block of the default pool and the current stream that torch.cuda.memory_snapshot still lists gets a tensor of
+    exactly its size (the allocator's best fit puts it there): filling the pools with large blocks only left the
+    small holes, where small outputs land, holding earlier results."""
     torch.cuda.synchronize()
     blocks = [torch.full((1 << 28,), value, dtype=dtype, device="cuda")]  # large pool, 1 GiB
     blocks += [torch.full((1 << 17,), value, dtype=dtype, device="cuda") for _ in range(64)]  # small pool
     item = blocks[0].element_size()
+    stream = torch.cuda.current_stream().cuda_stream  # only its blocks can take this stream's allocations
     holes = [block["size"] for segment in torch.cuda.memory_snapshot()
-             if tuple(segment.get("segment_pool_id", (0, 0))) == (0, 0)
+             if tuple(segment.get("segment_pool_id", (0, 0))) == (0, 0) and segment.get("stream", stream) == stream
              for block in segment["blocks"] if block["state"] == "inactive"]
     blocks += [torch.full((size // item,), value, dtype=dtype, device="cuda") for size in holes]
     del blocks

@@ -407,10 +407,15 @@ def test_cpu_inputs_with_a_cuda_graph_raise_a_clear_error(op):
 
 # ------------------------------------------------------------------------------------------ J: streams
 def _busy_default_stream():
-    """Keep PyTorch's default stream busy (~tens of ms), so that a launch that wrongly went there lands after the
-    side stream's reads."""
-    if hasattr(torch.cuda, "_sleep"):
-        torch.cuda._sleep(100_000_000)
+    """Keep PyTorch's default stream busy (2e9 cycles, about a second), so that a launch that wrongly went there
+    lands after the side stream's reads; the tests check that it is still busy when they have read their results
+    (the kernels compiled beforehand, on another graph, so that compiling does not use up the wait)."""
+    with torch.cuda.stream(torch.cuda.default_stream()):
+        torch.cuda._sleep(2_000_000_000)
+
+
+def _assert_default_stream_still_busy():
+    assert not torch.cuda.default_stream().query(), "the default stream went idle before the results were read"
 
 
 @gpu
@@ -424,14 +429,22 @@ def test_side_stream_forward_and_backward(backend):
     grad = rand(gc.num_dst, 64, seed=27)
     side = torch.cuda.Stream()
     results = {}
+
+    def step(graph, reduce):
+        xc = x.to(CUDA, torch.float32).requires_grad_()
+        wc = w.to(CUDA, torch.float32).requires_grad_()
+        out = graphfuse.aggregate(graph, xc, wc, reduce, backend=backend)
+        out.backward(grad.to(CUDA, torch.float32))
+        return [t.cpu() for t in (out.detach(), xc.grad, wc.grad)]  # synchronises the current stream only
+
+    for reduce in ("sum", "max"):  # compiles the kernels, on another graph with the same edges
+        step(graphs("hub")[1], reduce)
+    torch.cuda.synchronize()
     _busy_default_stream()
     with torch.cuda.stream(side):
         for reduce in ("sum", "max"):
-            xc = x.to(CUDA, torch.float32).requires_grad_()
-            wc = w.to(CUDA, torch.float32).requires_grad_()
-            out = graphfuse.aggregate(gg, xc, wc, reduce, backend=backend)
-            out.backward(grad.to(CUDA, torch.float32))
-            results[reduce] = [t.cpu() for t in (out.detach(), xc.grad, wc.grad)]  # synchronises `side` only
+            results[reduce] = step(gg, reduce)
+    _assert_default_stream_still_busy()
     torch.cuda.synchronize()
     for reduce, (out, dx, dw) in results.items():
         ref, rdx, rdw = reference(gc, x, w, reduce, grad)
@@ -446,14 +459,21 @@ def test_side_stream_attention_sddmm_and_softmax():
     h = rand(gc.num_src, 2, 8, seed=28)
     a_s, a_d = rand(gc.num_src, 2, seed=29), rand(gc.num_dst, 2, seed=30)
     side = torch.cuda.Stream()
+
+    def step(graph):
+        hc, ac = h.to(CUDA, torch.float32).requires_grad_(), a_s.to(CUDA, torch.float32).requires_grad_()
+        out = gat_aggregate(graph, hc, ac, a_d.to(CUDA, torch.float32), backend="fused")
+        out.sum().backward()
+        s = graphfuse.sddmm(graph, torch.ones(gc.num_dst, 2, 8, device=CUDA), hc.detach(), backend="gespmm")
+        soft = graphfuse.edge_softmax(graph, s, backend="gespmm")
+        return [t.cpu() for t in (out.detach(), hc.grad, ac.grad, s, soft)]
+
+    step(graphs("hub")[1])  # compiles the kernels, on another graph with the same edges
+    torch.cuda.synchronize()
     _busy_default_stream()
     with torch.cuda.stream(side):
-        hc, ac = h.to(CUDA, torch.float32).requires_grad_(), a_s.to(CUDA, torch.float32).requires_grad_()
-        out = gat_aggregate(gg, hc, ac, a_d.to(CUDA, torch.float32), backend="fused")
-        out.sum().backward()
-        s = graphfuse.sddmm(gg, torch.ones(gc.num_dst, 2, 8, device=CUDA), hc.detach(), backend="gespmm")
-        soft = graphfuse.edge_softmax(gg, s, backend="gespmm")
-        got = [t.cpu() for t in (out.detach(), hc.grad, ac.grad, s, soft)]
+        got = step(gg)
+    _assert_default_stream_still_busy()
     torch.cuda.synchronize()
     hr, ar = h.clone().requires_grad_(), a_s.clone().requires_grad_()
     ref = gat_aggregate(gc, hr, ar, a_d, backend="reference")

@@ -119,6 +119,9 @@ def torch_row_schedule(rowptr: torch.Tensor, segment: int) -> tuple:
     return seg_ptr, seg_row, seg_slot, rows[is_long], long_ptr, segment, int(long_ptr[-1])
 
 
+SMALL_POOL_MAX = 1 << 20  # the caching allocator's largest small-pool request (kSmallSize)
+
+
 def poison(value: float = float("nan"), dtype: torch.dtype = torch.float32) -> None:
     """Fill the CUDA caching allocator's free blocks with ``value``, so outputs allocated by the kernels start as
     it (a float NaN also reads as an index far out of range). Large blocks first (a 1 GiB one and 64 of 512 KiB,
@@ -131,10 +134,19 @@ def poison(value: float = float("nan"), dtype: torch.dtype = torch.float32) -> N
     blocks += [torch.full((1 << 17,), value, dtype=dtype, device="cuda") for _ in range(64)]  # small pool
     item = blocks[0].element_size()
     stream = torch.cuda.current_stream().cuda_stream  # only its blocks can take this stream's allocations
-    holes = [block["size"] for segment in torch.cuda.memory_snapshot()
-             if tuple(segment.get("segment_pool_id", (0, 0))) == (0, 0) and segment.get("stream", stream) == stream
-             for block in segment["blocks"] if block["state"] == "inactive"]
-    blocks += [torch.full((size // item,), value, dtype=dtype, device="cuda") for size in holes]
+    holes = []
+    for segment in torch.cuda.memory_snapshot():
+        if tuple(segment.get("segment_pool_id", (0, 0))) != (0, 0) or segment.get("stream", stream) != stream:
+            continue
+        for block in (b for b in segment["blocks"] if b["state"] == "inactive"):
+            size = block["size"]
+            # a request over 1 MiB goes to the large pool: a small segment's hole (up to 2 MiB) is asked for in
+            # pieces of at most 1 MiB, or each call would take a new large segment for it
+            while segment.get("segment_type") == "small" and size > SMALL_POOL_MAX:
+                holes.append(SMALL_POOL_MAX)
+                size -= SMALL_POOL_MAX
+            holes.append(size)
+    blocks += [torch.full((size // item,), value, dtype=dtype, device="cuda") for size in sorted(holes, reverse=True)]
     del blocks
 
 

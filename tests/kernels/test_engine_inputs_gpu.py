@@ -437,8 +437,9 @@ def test_side_stream_forward_and_backward(backend):
         out.backward(grad.to(CUDA, torch.float32))
         return [t.cpu() for t in (out.detach(), xc.grad, wc.grad)]  # synchronises the current stream only
 
-    for reduce in ("sum", "max"):  # compiles the kernels, on another graph with the same edges
-        step(graphs("hub")[1], reduce)
+    with torch.cuda.stream(side):  # compiles the kernels (on another graph with the same edges) and leaves the side
+        for reduce in ("sum", "max"):  # stream cached blocks: a cudaMalloc during the wait might sync the device
+            step(graphs("hub")[1], reduce)
     torch.cuda.synchronize()
     _busy_default_stream()
     with torch.cuda.stream(side):
@@ -468,7 +469,8 @@ def test_side_stream_attention_sddmm_and_softmax():
         soft = graphfuse.edge_softmax(graph, s, backend="gespmm")
         return [t.cpu() for t in (out.detach(), hc.grad, ac.grad, s, soft)]
 
-    step(graphs("hub")[1])  # compiles the kernels, on another graph with the same edges
+    with torch.cuda.stream(side):  # compiles the kernels, on another graph with the same edges (see above)
+        step(graphs("hub")[1])
     torch.cuda.synchronize()
     _busy_default_stream()
     with torch.cuda.stream(side):

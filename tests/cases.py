@@ -126,9 +126,9 @@ def poison(value: float = float("nan"), dtype: torch.dtype = torch.float32) -> N
     """Fill the CUDA caching allocator's free blocks with ``value``, so outputs allocated by the kernels start as
     it (a float NaN also reads as an index far out of range). Large blocks first (a 1 GiB one and 64 of 512 KiB,
     for outputs larger than every hole; they reuse the previous call's, so the pools do not grow), then every free
-    block of the default pool and the current stream that torch.cuda.memory_snapshot still lists gets a tensor of
-    exactly its size (the allocator's best fit puts it there): filling the pools with large blocks only left the
-    small holes, where small outputs land, holding earlier results."""
+    block of the default pool and the current stream that torch.cuda.memory_snapshot still lists is filled by
+    tensors of exactly its size (the allocator's best fit puts them there; see below for small segments): filling
+    the pools with large blocks only left the small holes, where small outputs land, holding earlier results."""
     torch.cuda.synchronize()
     blocks = [torch.full((1 << 28,), value, dtype=dtype, device="cuda")]  # large pool, 1 GiB
     blocks += [torch.full((1 << 17,), value, dtype=dtype, device="cuda") for _ in range(64)]  # small pool

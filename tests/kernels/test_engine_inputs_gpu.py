@@ -406,16 +406,23 @@ def test_cpu_inputs_with_a_cuda_graph_raise_a_clear_error(op):
 
 
 # ------------------------------------------------------------------------------------------ J: streams
-def _busy_default_stream():
-    """Keep PyTorch's default stream busy (2e9 cycles, about a second), so that a launch that wrongly went there
-    lands after the side stream's reads; the tests check that it is still busy when they have read their results
-    (the kernels compiled beforehand, on another graph, so that compiling does not use up the wait)."""
+def _on_a_side_stream_while_the_default_is_busy(step, graph):
+    """``step(graph)`` on a side stream while PyTorch's default stream is kept busy (2e9 cycles, about a second), so
+    that a launch that wrongly went to the default stream lands after the side stream's reads: the default stream
+    must still be busy once the results were read. A warm-up step on a fresh graph with the same edges, on the side
+    stream, compiles the kernels (compiling would use up the wait) and leaves that stream cached blocks (a cudaMalloc
+    during the wait might sync the device)."""
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        step(graphfuse.Graph(graph.edge_index, num_src=graph.num_src, num_dst=graph.num_dst))
+    torch.cuda.synchronize()
     with torch.cuda.stream(torch.cuda.default_stream()):
         torch.cuda._sleep(2_000_000_000)
-
-
-def _assert_default_stream_still_busy():
+    with torch.cuda.stream(side):
+        result = step(graph)
     assert not torch.cuda.default_stream().query(), "the default stream went idle before the results were read"
+    torch.cuda.synchronize()
+    return result
 
 
 @gpu
@@ -427,27 +434,18 @@ def test_side_stream_forward_and_backward(backend):
     x = rand(gc.num_src, 64, seed=25)
     w = rand(gc.num_edges, seed=26, low=0.5)
     grad = rand(gc.num_dst, 64, seed=27)
-    side = torch.cuda.Stream()
-    results = {}
 
-    def step(graph, reduce):
-        xc = x.to(CUDA, torch.float32).requires_grad_()
-        wc = w.to(CUDA, torch.float32).requires_grad_()
-        out = graphfuse.aggregate(graph, xc, wc, reduce, backend=backend)
-        out.backward(grad.to(CUDA, torch.float32))
-        return [t.cpu() for t in (out.detach(), xc.grad, wc.grad)]  # synchronises the current stream only
-
-    with torch.cuda.stream(side):  # compiles the kernels (on another graph with the same edges) and leaves the side
-        for reduce in ("sum", "max"):  # stream cached blocks: a cudaMalloc during the wait might sync the device
-            step(graphs("hub")[1], reduce)
-    torch.cuda.synchronize()
-    _busy_default_stream()
-    with torch.cuda.stream(side):
+    def step(graph):
+        results = {}
         for reduce in ("sum", "max"):
-            results[reduce] = step(gg, reduce)
-    _assert_default_stream_still_busy()
-    torch.cuda.synchronize()
-    for reduce, (out, dx, dw) in results.items():
+            xc = x.to(CUDA, torch.float32).requires_grad_()
+            wc = w.to(CUDA, torch.float32).requires_grad_()
+            out = graphfuse.aggregate(graph, xc, wc, reduce, backend=backend)
+            out.backward(grad.to(CUDA, torch.float32))
+            results[reduce] = [t.cpu() for t in (out.detach(), xc.grad, wc.grad)]  # syncs the current stream only
+        return results
+
+    for reduce, (out, dx, dw) in _on_a_side_stream_while_the_default_is_busy(step, gg).items():
         ref, rdx, rdw = reference(gc, x, w, reduce, grad)
         check(out, ref, what=f"{reduce} output")
         check(dx, rdx, what=f"{reduce} grad of x")
@@ -459,7 +457,6 @@ def test_side_stream_attention_sddmm_and_softmax():
     gc, gg = graphs("hub")
     h = rand(gc.num_src, 2, 8, seed=28)
     a_s, a_d = rand(gc.num_src, 2, seed=29), rand(gc.num_dst, 2, seed=30)
-    side = torch.cuda.Stream()
 
     def step(graph):
         hc, ac = h.to(CUDA, torch.float32).requires_grad_(), a_s.to(CUDA, torch.float32).requires_grad_()
@@ -469,14 +466,7 @@ def test_side_stream_attention_sddmm_and_softmax():
         soft = graphfuse.edge_softmax(graph, s, backend="gespmm")
         return [t.cpu() for t in (out.detach(), hc.grad, ac.grad, s, soft)]
 
-    with torch.cuda.stream(side):  # compiles the kernels, on another graph with the same edges (see above)
-        step(graphs("hub")[1])
-    torch.cuda.synchronize()
-    _busy_default_stream()
-    with torch.cuda.stream(side):
-        got = step(gg)
-    _assert_default_stream_still_busy()
-    torch.cuda.synchronize()
+    got = _on_a_side_stream_while_the_default_is_busy(step, gg)
     hr, ar = h.clone().requires_grad_(), a_s.clone().requires_grad_()
     ref = gat_aggregate(gc, hr, ar, a_d, backend="reference")
     ref.sum().backward()

@@ -714,3 +714,44 @@ def test_gas_self_loops_of_a_square_graph_pass_the_checks():
         gas.gas_forward(src, dst, x, num_dst=3, self_weight=torch.ones(3))
     with pytest.raises(ValueError, match=r"gas_forward: self_weight must have shape \(num_self=3,\)"):
         gas.gas_forward(src, dst, x, num_dst=3, self_weight=torch.ones(2))
+
+
+def test_bound_aggregate_remembers_the_graphs_permuted_weights_until_they_change(monkeypatch):
+    """A bound GE-SpMM call without gradient keeps the graph's own weights in CSR order with their identity and
+    version (BoundAggregate._csr_weights): the plan must get the current weights' permutation after an in-place
+    change and a replacement, other weights and inference-tensor weights are permuted on every call, and other
+    weights do not displace the remembered ones. CPU tensors, the plan's launch replaced by a recorder (no row of
+    this graph is long enough for a row schedule)."""
+    monkeypatch.setattr(autograd, "_schedule", lambda graph, fmt: None)
+    given = []
+    monkeypatch.setattr(spmm.GespmmPlan, "__call__", lambda plan, x, values=None: given.append(values) or (
+        torch.zeros(plan.num_rows, plan.k), None))
+    permutes = []
+    permuted = autograd._permuted
+    monkeypatch.setattr(autograd, "_permuted", lambda g, w, fmt: permutes.append(w) or permuted(g, w, fmt))
+    g = make_graph_case("unsorted")
+    g.edge_weight = w = torch.rand(g.num_edges)
+    x = torch.randn(g.num_src, 8)
+    bound = autograd.BoundAggregate("gespmm", g, x, w, "sum")
+
+    def call(weights, permutations):
+        bound(g, x, weights, "sum")
+        assert torch.equal(given[-1], weights[g.csr.perm]) and len(permutes) == permutations
+
+    call(w, 1)
+    call(w, 1)
+    with torch.no_grad():
+        w.mul_(2)  # in place: a new version
+    call(w, 2)
+    call(w, 2)
+    g.edge_weight = w = torch.rand(g.num_edges)  # replaced
+    call(w, 3)
+    other = torch.rand(g.num_edges)
+    call(other, 4)
+    call(other, 5)
+    call(w, 5)
+    with torch.inference_mode():
+        g.edge_weight = w = torch.rand(g.num_edges)  # no version counter: never remembered
+    call(w, 6)
+    call(w, 7)
+    assert bound.weights is not w

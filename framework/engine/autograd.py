@@ -212,7 +212,7 @@ class GespmmAggregate(torch.autograd.Function):
         plan = gespmm_plan(graph, "csr", x, reduce=reduce, heads=heads, weighted=w is not None, track=need_arg)
         out, arg = plan(x, _permuted(graph, w, "csr"))
         ctx.graph, ctx.reduce, ctx.heads = graph, reduce, heads
-        ctx.save_for_backward(x, w, arg)
+        ctx.save_for_backward(_for_dw(ctx, x, w), w, arg)
         return out
 
     @staticmethod
@@ -247,7 +247,7 @@ class GarAggregate(torch.autograd.Function):
         out, arg = gar_kernels.gar_forward(csr.rowptr, _index32(graph, "csr"), x, _permuted(graph, w, "csr"),
                                            reduce=reduce, heads=heads, return_arg=need_arg, validate=False)
         ctx.graph, ctx.reduce, ctx.heads = graph, reduce, heads
-        ctx.save_for_backward(x, w, arg)
+        ctx.save_for_backward(_for_dw(ctx, x, w), w, arg)
         return out
 
     @staticmethod
@@ -279,7 +279,7 @@ class GasAggregate(torch.autograd.Function):
         if reduce == "mean":
             out = out / _gas_degree(graph).clamp(min=1).to(out.dtype).unsqueeze(1)
         ctx.graph, ctx.reduce, ctx.heads = graph, reduce, heads
-        ctx.save_for_backward(x, w)
+        ctx.save_for_backward(_for_dw(ctx, x, w), w)
         return out
 
     @staticmethod
@@ -310,7 +310,7 @@ class HpSpmmAggregate(torch.autograd.Function):
     def forward(ctx: Any, graph: Graph, x: Tensor, w: Tensor | None, reduce: str, heads: int) -> Tensor:
         out = hp_plan(graph, "csr", x, reduce=reduce, weighted=w is not None)(x, _permuted(graph, w, "csr"))
         ctx.graph, ctx.reduce = graph, reduce
-        ctx.save_for_backward(x, w)
+        ctx.save_for_backward(_for_dw(ctx, x, w), w)
         return out
 
     @staticmethod
@@ -325,6 +325,13 @@ class HpSpmmAggregate(torch.autograd.Function):
         if w is not None and ctx.needs_input_grad[2]:
             dw = _edge_dots(graph, g, x, 1)
         return None, dx, dw, None, None
+
+
+def _for_dw(ctx: Any, x: Tensor, w: Tensor | None) -> Tensor | None:
+    """What an aggregation saves of its features ``x``: they are needed only for the edge-weight gradient (the
+    feature gradient aggregates the output gradient alone), so without it nothing, and ``x`` is freed with the
+    rest of the forward (a GCN layer's (N, hidden) linear output, kept until the backward before)."""
+    return x if w is not None and ctx.needs_input_grad[2] else None
 
 
 def _scaled_grad(graph: Graph, grad_out: Tensor, reduce: str) -> Tensor:
@@ -344,7 +351,7 @@ class Sddmm(torch.autograd.Function):
     def forward(ctx: Any, graph: Graph, a: Tensor, b: Tensor, heads: int) -> Tensor:
         out = _edge_dots(graph, a, b, heads)
         ctx.graph, ctx.heads = graph, heads
-        ctx.save_for_backward(a, b)
+        ctx.save_for_backward(a if ctx.needs_input_grad[2] else None, b if ctx.needs_input_grad[1] else None)
         return out
 
     @staticmethod

@@ -6,6 +6,7 @@ list of its ``__global__`` function in the .cu source."""
 from __future__ import annotations
 
 import re
+import weakref
 
 import pytest
 import torch
@@ -178,3 +179,26 @@ def test_every_kernel_is_checked(recorded, monkeypatch):
     launched = {(f, k) for f, k, _ in recorded}
     every = {(f.name, k) for f in rt.kernel_files() for k in kernel_params(f.name)}
     assert every - launched == set()
+
+
+@pytest.mark.parametrize("backend", ["gespmm", "gar", "gas", "hpspmm"])
+def test_aggregation_keeps_its_features_only_for_the_weight_gradient(recorded, backend):
+    """The feature gradient aggregates the output gradient alone, so the features are saved for backward only when
+    the edge weights need a gradient: a GCN layer's (N, hidden) linear output is freed after the forward (as in
+    PyG, whose w * x_j keeps x_j for w's gradient only). SDDMM keeps each operand only for the other's gradient."""
+    g = hub_graph()
+    aggregate = getattr(autograd, f"{backend}_aggregate")
+    for weights_need_grad in (False, True):
+        x = torch.randn(g.num_src, 16, requires_grad=True) * 2  # not a leaf: only its users keep it
+        alive = weakref.ref(x)
+        w = g.edge_weight.clone().requires_grad_(weights_need_grad)
+        out = aggregate(g, x, w, "sum")
+        del x
+        assert (alive() is not None) == weights_need_grad
+        out.backward(torch.ones_like(out))
+    a, b = (torch.randn(g.num_dst, 8, requires_grad=True) * 2, torch.randn(g.num_src, 8) * 2)
+    kept = weakref.ref(a), weakref.ref(b)
+    out = autograd.sddmm(g, a, b)
+    del a, b
+    assert kept[0]() is None and kept[1]() is not None  # b for a's gradient; a for nobody's
+    out.sum().backward()

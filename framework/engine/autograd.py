@@ -42,6 +42,7 @@ host-side cost per call, not the kernel, is what a layer pays.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -405,10 +406,9 @@ class BoundAggregate:
     weights). The autograd Function, the weight heads and, for GE-SpMM and HP-SpMM, the plan of a call without
     gradient are looked up once, so such a call only checks the layout of ``x``, finds the permuted weights,
     allocates and launches: on a small graph, host time is what an aggregation costs. Holds no reference to
-    the graph, whose memo holds it; it holds the graph's weights of its last call without gradient and their
-    CSR copy (the graph's cache holds the same two tensors until its next weighted lookup)."""
+    the graph, whose memo holds it, nor to its weights (weak references only)."""
 
-    __slots__ = ("fn", "heads", "plan", "pair", "out_shape", "one_head", "weights", "version", "permuted")
+    __slots__ = ("fn", "heads", "plan", "pair", "out_shape", "one_head", "remembered")
 
     def __init__(self, name: str, graph: Graph, x: Tensor, edge_weight: Tensor | None, reduce: str) -> None:
         _check_aggregate_dtype(name, x)
@@ -422,7 +422,7 @@ class BoundAggregate:
         fn = _function(name, reduce, self.heads)
         self.fn, self.plan, self.pair = fn, None, fn is GespmmAggregate
         self.out_shape = None if x.dim() == 2 else (graph.num_dst, *x.shape[1:])
-        self.weights = self.version = self.permuted = None  # see _csr_weights
+        self.remembered: tuple | None = None  # see _csr_weights
         weighted = edge_weight is not None
         if x.dim() == 2 and fn is GespmmAggregate:
             self.plan = gespmm_plan(graph, "csr", x, reduce=reduce, heads=self.heads, weighted=weighted)
@@ -444,20 +444,24 @@ class BoundAggregate:
         return out if self.out_shape is None else out.view(self.out_shape)
 
     def _csr_weights(self, graph: Graph, w: Tensor | None) -> Tensor | None:
-        """``w`` in CSR order (:func:`_permuted`). The graph's own weights' copy is also remembered here with the
-        weights' identity and version, the stamp the graph's weighted cache checks: a call with the same weights
-        skips that lookup (about 5 of a weighted small-graph call's 25 µs of host time on the CPU machine). The
-        graph's edge_index is checked by the same call's dispatch lookup (:func:`graphfuse.engine.functional
-        ._resolve`); an inference tensor (no version) is never remembered."""
+        """``w`` in CSR order (:func:`_permuted`). For the graph's own weights, the copy that the graph's weighted
+        cache returned is remembered with the weights' version, both by weak reference: while the same weights,
+        unchanged, come again and the graph's cache still holds that copy, it is handed out without the lookup
+        (about 4 of a weighted small-graph call's 25 µs of host time on the CPU machine). Once the graph's cache
+        lets the copy go (replaced or changed weights), so does this; an inference tensor (no version) is never
+        remembered. The graph's edge_index is checked by the same call's dispatch lookup
+        (:func:`graphfuse.engine.functional._resolve`)."""
         if w is None:
             return None
-        if w is self.weights and w._version == self.version:
-            return self.permuted
+        remembered = self.remembered
+        if remembered is not None and remembered[0]() is w and w._version == remembered[1]:
+            permuted = remembered[2]()
+            if permuted is not None:
+                return permuted
         permuted = _permuted(graph, w, "csr")
         if w is graph.edge_weight and not w.is_inference():
-            self.weights, self.version, self.permuted = w, w._version, permuted
+            self.remembered = (weakref.ref(w), w._version, weakref.ref(permuted))
         return permuted
-
 
 def _function(name: str, reduce: str, heads: int) -> type:
     """The autograd Function that runs backend ``name``'s aggregation: ``gas`` and ``hpspmm`` hand max/min (and

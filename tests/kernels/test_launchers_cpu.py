@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
+import weakref
 from types import SimpleNamespace
 
 import pytest
@@ -717,18 +718,19 @@ def test_gas_self_loops_of_a_square_graph_pass_the_checks():
 
 
 def test_bound_aggregate_remembers_the_graphs_permuted_weights_until_they_change(monkeypatch):
-    """A bound GE-SpMM call without gradient keeps the graph's own weights in CSR order with their identity and
-    version (BoundAggregate._csr_weights): the plan must get the current weights' permutation after an in-place
-    change and a replacement, other weights and inference-tensor weights are permuted on every call, and other
-    weights do not displace the remembered ones. CPU tensors, the plan's launch replaced by a recorder (no row of
-    this graph is long enough for a row schedule)."""
+    """A bound GE-SpMM call without gradient remembers the graph's own weights in CSR order, by weak reference
+    (BoundAggregate._csr_weights): the plan must get the current weights' permutation after an in-place change, a
+    replacement, and a replacement undone after a write through .data (the graph's cache rebuilds then; found by
+    review); other weights and inference-tensor weights are permuted on every call and do not displace the
+    remembered ones; replaced weights and their copy are not kept alive. CPU tensors, the plan's launch replaced by
+    a recorder (no row of this graph is long enough for a row schedule)."""
     monkeypatch.setattr(autograd, "_schedule", lambda graph, fmt: None)
-    given = []
-    monkeypatch.setattr(spmm.GespmmPlan, "__call__", lambda plan, x, values=None: given.append(values) or (
+    given = []  # copies: the recorder must not keep the plan's operands alive
+    monkeypatch.setattr(spmm.GespmmPlan, "__call__", lambda plan, x, values=None: given.append(values.clone()) or (
         torch.zeros(plan.num_rows, plan.k), None))
     permutes = []
     permuted = autograd._permuted
-    monkeypatch.setattr(autograd, "_permuted", lambda g, w, fmt: permutes.append(w) or permuted(g, w, fmt))
+    monkeypatch.setattr(autograd, "_permuted", lambda g, w, fmt: permutes.append(None) or permuted(g, w, fmt))
     g = make_graph_case("unsorted")
     g.edge_weight = w = torch.rand(g.num_edges)
     x = torch.randn(g.num_src, 8)
@@ -751,7 +753,18 @@ def test_bound_aggregate_remembers_the_graphs_permuted_weights_until_they_change
     call(other, 5)
     call(w, 5)
     with torch.inference_mode():
-        g.edge_weight = w = torch.rand(g.num_edges)  # no version counter: never remembered
-    call(w, 6)
+        g.edge_weight = inference = torch.rand(g.num_edges)  # no version counter: never remembered
+    call(inference, 6)
+    call(inference, 7)
+    g.edge_weight = w  # back: the graph's cache still holds its copy (inference weights bypass it)
     call(w, 7)
-    assert bound.weights is not w
+    w.data.mul_(3)  # no version change
+    g.edge_weight = replaced = torch.rand(g.num_edges)
+    permuted(g, replaced, "csr")  # another path's lookup (a training step): the graph's cache lets w's copy go
+    g.edge_weight = w
+    call(w, 8)
+    alive = weakref.ref(w), bound.remembered[2]
+    g.edge_weight = replaced
+    permuted(g, replaced, "csr")
+    del w
+    assert alive[0]() is None and alive[1]() is None

@@ -154,10 +154,16 @@ def _permuted(graph: Graph, w: Tensor | None, fmt: str) -> Tensor | None:
     """
     if w is None:
         return None
-    if w is not graph.edge_weight or w.is_inference():
+    if not _own_weights(graph, w):
         return w.detach().index_select(0, _perm(graph, fmt)).contiguous()
     return graph.cached(("kernels", "permuted", fmt), lambda: w.detach().index_select(0, _perm(graph, fmt)).contiguous(),
                         weighted=True)
+
+
+def _own_weights(graph: Graph, w: Tensor) -> bool:
+    """Whether ``w`` is the graph's own ``edge_weight`` with a version counter (not an inference tensor): the
+    weights whose permuted copies are cached (:func:`_permuted`) and remembered (``BoundAggregate._csr_weights``)."""
+    return w is graph.edge_weight and not w.is_inference()
 
 
 def _gas_degree(graph: Graph) -> Tensor:
@@ -459,9 +465,10 @@ class BoundAggregate:
             if permuted is not None:
                 return permuted
         permuted = _permuted(graph, w, "csr")
-        if w is graph.edge_weight and not w.is_inference():
+        if _own_weights(graph, w):
             self.remembered = (weakref.ref(w), w._version, weakref.ref(permuted))
         return permuted
+
 
 def _function(name: str, reduce: str, heads: int) -> type:
     """The autograd Function that runs backend ``name``'s aggregation: ``gas`` and ``hpspmm`` hand max/min (and

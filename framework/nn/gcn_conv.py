@@ -111,9 +111,9 @@ class GCNConv(nn.Module):
             graph = with_edge_weight("GCNConv", graph, edge_weight)
         if self.normalize:
             graph = self.normalized(graph, x.dtype)
-        h = self.lin(x)
-        # summed in float32 under autocast; a bfloat16 model without it keeps bfloat16 features (see normalized)
-        out = aggregate(graph, weighted_sum_dtype(h, graph), reduce="sum", backend=self.backend)
+        # summed in float32 under autocast; a bfloat16 model without it keeps bfloat16 features (see normalized).
+        # The linear output is a temporary of the call: no name keeps it alive through the bias add.
+        out = aggregate(graph, weighted_sum_dtype(self.lin(x), graph), reduce="sum", backend=self.backend)
         return out if self.bias is None else out + self.bias
 
     def extra_repr(self) -> str:

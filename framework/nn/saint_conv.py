@@ -87,8 +87,8 @@ class GraphSAINTConv(nn.Module):
         if graph.num_dst > graph.num_src:
             raise ValueError(f"GraphSAINTConv: a bipartite block needs num_dst <= num_src; got {graph}")
         if self.out_channels < self.in_channels:
-            h = weighted_sum_dtype(F.linear(x, self.lin_neigh.weight), graph)
-            neigh = aggregate(graph, h, reduce=self.aggr, backend=self.backend)
+            neigh = aggregate(graph, weighted_sum_dtype(F.linear(x, self.lin_neigh.weight), graph), reduce=self.aggr,
+                              backend=self.backend)
             if self.lin_neigh.bias is not None:
                 neigh = neigh + self.lin_neigh.bias
         else:

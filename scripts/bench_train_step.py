@@ -60,8 +60,13 @@ def step_calls(model: torch.nn.Module, batch, train_idx: torch.Tensor, lr: float
     return {"train_step": train_step, "eval_forward": eval_forward}
 
 
+SYNC_WARNING = "called a synchronizing CUDA operation"
+
+
 def syncs_of(fn: Callable[[], object]) -> int:
-    """Host syncs of one call, as counted by PyTorch's sync debug mode."""
+    """Host syncs of one call, as counted by PyTorch's sync debug mode: its warnings that say so (entering the mode
+    warns once per process that it is a prototype which "does not detect all synchronizing operations"; counting
+    every message with "synchroniz" in it gave the first call measured in a process one sync it did not make)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode("warn")
@@ -69,7 +74,7 @@ def syncs_of(fn: Callable[[], object]) -> int:
             fn()
         finally:
             torch.cuda.set_sync_debug_mode("default")
-    return sum("synchroniz" in str(w.message) for w in caught)
+    return sum(SYNC_WARNING in str(w.message) for w in caught)
 
 
 def peak_mib(fn: Callable[[], object]) -> float:

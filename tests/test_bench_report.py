@@ -279,3 +279,17 @@ def test_bench_graph_processing_attention_check_is_floored_at_1e_6(scripts):
     line = bench.correctness(graph(1.5e-6, 1e-8))
     assert line.count("PASS") == 2 and "FAIL" not in line
     assert bench.correctness(graph(bench.ATTENTION_SLACK * 1e-6 * 1.5, 1e-8)).endswith("FAIL)")
+
+
+def test_bench_train_step_counts_only_the_sync_warnings(scripts, monkeypatch):
+    """Entering torch's sync debug mode warns once per process that it "does not yet detect all synchronizing
+    operations": that notice is not a sync (it made the first call measured in a process report one)."""
+    import warnings
+
+    import torch
+
+    bench = scripts("bench_train_step")
+    notice = "Synchronization debug mode is a prototype feature and does not yet detect all synchronizing operations"
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda mode: warnings.warn(notice) if mode == "warn" else None)
+    assert bench.syncs_of(lambda: None) == 0
+    assert bench.syncs_of(lambda: [warnings.warn("called a synchronizing CUDA operation") for _ in range(2)]) == 2

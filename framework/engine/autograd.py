@@ -65,8 +65,9 @@ GESPMM_DTYPES = SUPPORTED_DTYPES + runtime.HALF_DTYPES  # GE-SpMM's aggregation 
 GAR_MIN_DEGREE = 32.0
 GAS_MAX_DEGREE = 2.0
 SMALL_GRAPH_EDGES = 1 << 22
+MID_GRAPH_EDGES, WIDE_K = 1 << 18, 128  # from here on, wide features take MID_SEGMENT
 SPLIT_MIN_DEGREE = 64
-SMALL_SEGMENT, LARGE_SEGMENT = 32, 256  # row-split segment lengths below / above SMALL_GRAPH_EDGES
+SMALL_SEGMENT, MID_SEGMENT, LARGE_SEGMENT = 32, 64, 256  # row-split segment lengths (see segment_length)
 
 
 # ------------------------------------------------------------------------------------------ graph caches
@@ -82,18 +83,32 @@ def _index32(graph: Graph, fmt: str) -> Tensor:
     return graph.cached(("kernels", "index32", fmt), build)
 
 
-def _schedule(graph: Graph, fmt: str) -> spmm_kernels.RowSchedule | None:
-    """Row splitting for GE-SpMM, only for graphs with a row longer than ``SPLIT_MIN_DEGREE`` entries: short
-    segments (``SMALL_SEGMENT``) on small graphs, where the longest warp is the critical path of a ~20 us
-    kernel; ``LARGE_SEGMENT`` on large ones, where it only needs to tame hubs. H100, CUDA-graph replay (GPU
-    time): Cora and PubMed (max in-degree ~170) took 17-21 us split past 64 into 32-entry segments against
-    23-57 us unsplit at K = 64-256; Facebook and the RMAT subgraphs were 2-10x slower unsplit."""
+def segment_length(num_edges: int, k: int) -> int:
+    """Entries per segment of a split row (GE-SpMM): short segments (``SMALL_SEGMENT``) on small graphs, where the
+    longest warp is the critical path of a ~20 us kernel; ``LARGE_SEGMENT`` on large ones, where it only needs
+    to tame hubs. H100, CUDA-graph replay (GPU time): Cora and PubMed (max in-degree ~170) took 17-21 us split
+    past 64 into 32-entry segments against 23-57 us unsplit at K = 64-256; Facebook and the RMAT subgraphs were
+    2-10x slower unsplit. In between (``MID_GRAPH_EDGES`` edges up), features of ``WIDE_K`` columns or more
+    take ``MID_SEGMENT``: half the partials to fold. H200, same-run eager / replay us, 32 against 64: RMAT s15
+    (691K entries) K = 128 82.7 / 59.1 against 80.5 / 55.2, K = 256 134.1 / 106.7 against 125.3 / 97.3; Facebook
+    (342K) K = 256 88.3 / 63.6 against 81.4 / 61.1; at K = 64 32 stays ahead (s15 41.7 / 42.7 replay, Facebook
+    28.6 / 32.2), and so on the graphs below 2^18 entries at every K (PubMed; RMAT s13, 161K: replay 21.9
+    against 24.6 at K = 128); the uniform 65K graph (1.3M) ties."""
+    if num_edges >= SMALL_GRAPH_EDGES:
+        return LARGE_SEGMENT
+    return MID_SEGMENT if num_edges >= MID_GRAPH_EDGES and k >= WIDE_K else SMALL_SEGMENT
+
+
+def _schedule(graph: Graph, fmt: str, k: int) -> spmm_kernels.RowSchedule | None:
+    """Row splitting for GE-SpMM of ``k`` feature columns, only for graphs with a row longer than
+    ``SPLIT_MIN_DEGREE`` entries, into segments of :func:`segment_length` entries; cached per segment length."""
+    segment = segment_length(graph.num_edges, k)
+
     def build() -> spmm_kernels.RowSchedule | None:
         ptr = graph.csr.rowptr if fmt == "csr" else graph.csc.colptr
-        segment = SMALL_SEGMENT if graph.num_edges < SMALL_GRAPH_EDGES else LARGE_SEGMENT
         return spmm_kernels.row_schedule(ptr, segment, split_above=SPLIT_MIN_DEGREE)
 
-    return graph.cached(("kernels", "schedule", fmt), build)
+    return graph.cached(("kernels", "schedule", fmt, segment), build)
 
 
 def _plans(graph: Graph) -> dict:
@@ -114,7 +129,7 @@ def gespmm_plan(graph: Graph, fmt: str, x: Tensor, *, reduce: str = "sum", heads
         ptr = graph.csr.rowptr if fmt == "csr" else graph.csc.colptr
         plan = plans[key] = spmm_kernels.GespmmPlan(
             ptr, _index32(graph, fmt), k=x.size(1), dtype=x.dtype, reduce=reduce, heads=heads,
-            wmode=0 if not weighted else (1 if heads == 1 else 2), schedule=_schedule(graph, fmt), track=track,
+            wmode=0 if not weighted else (1 if heads == 1 else 2), schedule=_schedule(graph, fmt, x.size(1)), track=track,
             argmask=argmask)
     return plan
 

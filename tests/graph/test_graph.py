@@ -71,13 +71,13 @@ def test_to_moves_formats_and_leaves_device_bound_caches_behind():
     src = torch.arange(1, 200)
     g = Graph(torch.stack([src, torch.zeros_like(src)]), num_nodes=200)
     # a row schedule, as GE-SpMM caches it (tensors and ints; built by kernels on a GPU, here by the oracle)
-    g.cached(("kernels", "schedule", "csr"), lambda: RowSchedule(*torch_row_schedule(g.csr.rowptr, 32)))
+    g.cached(("kernels", "schedule", "csr", 32), lambda: RowSchedule(*torch_row_schedule(g.csr.rowptr, 32)))
     aggregate(g, torch.randn(200, 3))  # fills the dispatch memo (a dict)
     g.cached("derived", lambda: Graph(g.edge_index.flip(0), num_nodes=200))  # e.g. a normalised graph
     moved = g.to("meta")
     assert moved.csr.rowptr.device.type == "meta" and moved.in_degree.device.type == "meta"
     assert moved.cached("derived", lambda: None).device.type == "meta"
-    assert ("kernels", "schedule", "csr") not in moved._cache and "dispatch" not in moved._cache
+    assert ("kernels", "schedule", "csr", 32) not in moved._cache and "dispatch" not in moved._cache
 
 
 @pytest.mark.gpu

@@ -362,6 +362,20 @@ def skewed_graph() -> graphfuse.Graph:
     return graphfuse.Graph(torch.stack([src, dst]), num_nodes=n).to("cuda")
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_wide_features_of_a_mid_sized_graph_split_into_longer_segments(reduce, weighted):
+    """The skewed graph (600,000 entries, past MID_GRAPH_EDGES) splits its rows into SMALL_SEGMENT-entry
+    segments at K = 64 and MID_SEGMENT-entry ones at K = 128 and 602: each schedule's outputs and gradients
+    against float64."""
+    g = skewed_graph()
+    for k, segment in ((64, autograd.SMALL_SEGMENT), (128, autograd.MID_SEGMENT), (602, autograd.MID_SEGMENT)):
+        sched = autograd._schedule(g, "csr", k)
+        assert sched.segment == segment and sched.num_partials > 0
+        x, w = inputs(g, k, torch.float32, weighted)
+        run_and_compare("gespmm", g, x, w, reduce)
+
+
 # gas and hpspmm hand max/min to GE-SpMM, so deterministic=True takes them there (it refused them before)
 DETERMINISTIC = [(b, r) for b in ("gespmm", "gar") for r in REDUCES] + [
     (b, r) for b in ("gas", "hpspmm") for r in ("max", "min")]
@@ -378,13 +392,13 @@ def test_bitwise_deterministic(backend, reduce, k, dtype):
 @pytest.mark.parametrize("reduce", REDUCES)
 @pytest.mark.parametrize("dtype", [torch.float32, *HALF_DTYPES])
 def test_bitwise_deterministic_with_the_in_kernel_fold(reduce, k, dtype, monkeypatch):
-    """The skewed graph's 12,696 partials go to gespmm_combine; here the row kernel folds them, whichever group
-    completes a row's counter (the fold's order must not depend on which)."""
+    """The skewed graph's thousands of partials (12,696 in 32-entry segments) go to gespmm_combine; here the row
+    kernel folds them, whichever group completes a row's counter (the fold's order must not depend on which)."""
     limit = spmm_kernels.FOLD_MAX_PARTIALS
     fold_split_rows(monkeypatch, True)
     base = skewed_graph()
     g = graphfuse.Graph(base.edge_index, num_nodes=base.num_nodes)  # its plans are built under the patched limit
-    assert autograd._schedule(g, "csr").num_partials > limit  # unpatched, gespmm_combine would fold them
+    assert autograd._schedule(g, "csr", k).num_partials > limit  # unpatched, gespmm_combine would fold them
     assert_two_runs_equal(g, "gespmm", reduce, k, dtype)
 
 
@@ -528,12 +542,13 @@ def test_rows_are_split_only_past_the_minimum_degree():
         src = torch.arange(1, degree + 1)
         return graphfuse.Graph(torch.stack([src, torch.zeros_like(src)]), num_nodes=degree + 1).to("cuda")
 
-    assert autograd._schedule(star(autograd.SPLIT_MIN_DEGREE), "csr") is None
-    sched = autograd._schedule(star(autograd.SPLIT_MIN_DEGREE + 1), "csr")
+    assert autograd._schedule(star(autograd.SPLIT_MIN_DEGREE), "csr", 64) is None
+    sched = autograd._schedule(star(autograd.SPLIT_MIN_DEGREE + 1), "csr", 64)
     assert sched is not None and sched.long_rows.tolist() == [0] and sched.num_partials == 3
     step = autograd.SMALL_SEGMENT  # small graphs: short segments
     assert sched.seg_ptr.tolist()[:3] == [0, step, 2 * step]
-    assert autograd._schedule(graphfuse.Graph(torch.empty(2, 0, dtype=torch.long, device="cuda"), num_nodes=0), "csr") is None
+    assert autograd._schedule(graphfuse.Graph(torch.empty(2, 0, dtype=torch.long, device="cuda"), num_nodes=0), "csr",
+                              64) is None
 
 
 def test_gespmm_schedule_splits_hub_rows():
@@ -624,7 +639,7 @@ def test_gespmm_gradients_through_a_split_transpose_row(reduce, k, weighted, in_
     fold_split_rows(monkeypatch, in_kernel)
     edge_index, n = out_hub_edges()
     g = graphfuse.Graph(edge_index, num_nodes=n)  # a new Graph: its plans are built under the patched limit
-    assert autograd._schedule(g, "csc").num_partials > 0  # the transpose's row is split
+    assert autograd._schedule(g, "csc", k).num_partials > 0  # the transpose's row is split
     x, w = inputs(g, k, torch.float32, weighted)
     run_and_compare("gespmm", g, x, w, reduce)
 

@@ -202,3 +202,22 @@ def test_aggregation_keeps_its_features_only_for_the_weight_gradient(recorded, b
     del a, b
     assert kept[0]() is None and kept[1]() is not None  # b for a's gradient; a for nobody's
     out.sum().backward()
+
+
+def test_wide_features_of_a_mid_sized_graph_get_longer_segments(recorded):
+    """The plan's row schedule follows the features' width: from MID_GRAPH_EDGES entries on, K >= WIDE_K splits
+    rows into MID_SEGMENT-entry segments and narrower features into SMALL_SEGMENT ones (two schedules of one
+    graph, each cached); a smaller graph keeps SMALL_SEGMENT at any K."""
+    gen = torch.Generator().manual_seed(3)
+    for num_edges, wide in ((autograd.MID_GRAPH_EDGES, autograd.MID_SEGMENT),
+                            (autograd.MID_GRAPH_EDGES - 1, autograd.SMALL_SEGMENT)):
+        n = 4_000  # node 0 receives 1,000 of the edges: a split row
+        dst = torch.cat([torch.zeros(1_000, dtype=torch.long), torch.randint(1, n, (num_edges - 1_000,), generator=gen)])
+        g = graphfuse.Graph(torch.stack([torch.randint(0, n, (num_edges,), generator=gen), dst]), num_nodes=n)
+        segments = {}
+        for k in (autograd.WIDE_K // 2, autograd.WIDE_K, 602):
+            autograd.gespmm_aggregate(g, torch.randn(n, k), None, "sum")
+            plan = next(p for key, p in autograd._plans(g).items() if key[0] == "gespmm" and key[2] == k)
+            segments[k] = plan.schedule.segment
+            assert plan.schedule.num_partials > 0
+        assert segments == {autograd.WIDE_K // 2: autograd.SMALL_SEGMENT, autograd.WIDE_K: wide, 602: wide}

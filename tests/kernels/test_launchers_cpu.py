@@ -724,7 +724,7 @@ def test_bound_aggregate_remembers_the_graphs_permuted_weights_until_they_change
     review); other weights and inference-tensor weights are permuted on every call and do not displace the
     remembered ones; replaced weights and their copy are not kept alive. CPU tensors, the plan's launch replaced by
     a recorder (no row of this graph is long enough for a row schedule)."""
-    monkeypatch.setattr(autograd, "_schedule", lambda graph, fmt: None)
+    monkeypatch.setattr(autograd, "_schedule", lambda graph, fmt, k: None)
     given = []  # copies: the recorder must not keep the plan's operands alive
     monkeypatch.setattr(spmm.GespmmPlan, "__call__", lambda plan, x, values=None: given.append(values.clone()) or (
         torch.zeros(plan.num_rows, plan.k), None))

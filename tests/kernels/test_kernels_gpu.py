@@ -94,7 +94,7 @@ def run_and_compare(backend, g, x, w, reduce):
     gen = torch.Generator(device="cuda").manual_seed(7)
     grad = torch.randn(out.shape, generator=gen, device="cuda", dtype=out.dtype)
     out.backward(grad)
-    ref, ref_dx, ref_dw = reference_with_grads(g, x64, w64, reduce, grad.double())
+    ref, ref_dx, ref_dw = reference_with_grads(g, x64, w64, reduce, grad.double(), x.dtype)
     absw = None if w64 is None else w64.abs()
     scale = reference.aggregate(g, x64.abs(), absw, reduce) if reduce in ("sum", "mean") else ref.abs()
     assert_close(out, ref, scale)
@@ -106,10 +106,14 @@ def run_and_compare(backend, g, x, w, reduce):
         assert_close(w.grad, ref_dw, _grad_w_scale(g, x64, grad, reduce, w64.shape))
 
 
-def reference_with_grads(g, x64, w64, reduce, grad64):
+def reference_with_grads(g, x64, w64, reduce, grad64, dtype=torch.float64):
     """Float64 reference output and gradients. Sum/mean: autograd through the reference backend. Max/min: the
     documented semantics, where among tied messages the first entry in CSR order takes the whole gradient
-    (torch's scatter_reduce splits it evenly instead; duplicate edges make exact ties)."""
+    (torch's scatter_reduce splits it evenly instead; duplicate edges make exact ties). The winners are picked
+    among the messages as the kernels compute them, in the accumulator type of features of ``dtype`` (float32
+    for float32 and half features: one rounding per weighted product): in float64, two products closer than that
+    rounding (a few per million rows and columns, e.g. on the 600,000-entry skewed graph) could order the other
+    way, and the whole gradient would go to another source while the outputs agree."""
     xr = x64.clone().requires_grad_(True)
     wr = None if w64 is None else w64.clone().requires_grad_(True)
     ref = reference.aggregate(g, xr, wr, reduce)
@@ -120,14 +124,17 @@ def reference_with_grads(g, x64, w64, reduce, grad64):
     src, dst = g.edge_index
     xs = x64.index_select(0, src)
     wb = None if w64 is None else w64.view(*w64.shape, *([1] * (x64.dim() - w64.dim())))
-    msg = xs if wb is None else xs * wb
-    hit = msg == ref.index_select(0, dst)
+    acc = torch.promote_types(dtype, torch.float32)
+    msg = xs.to(acc) if wb is None else xs.to(acc) * wb.to(acc)
+    index = dst.view(-1, *([1] * (msg.dim() - 1))).expand_as(msg)
+    best = torch.full_like(ref, float("nan"), dtype=acc).scatter_reduce(0, index, msg, "amax" if reduce == "max"
+                                                                        else "amin", include_self=False)
+    hit = msg == best.index_select(0, dst)
     pos = torch.empty_like(g.csr.perm)
     pos[g.csr.perm] = torch.arange(g.num_edges, device=pos.device)
     big = torch.iinfo(torch.int64).max
     score = torch.where(hit, pos.view(-1, *([1] * (msg.dim() - 1))).expand_as(msg), big)
-    first = torch.full_like(ref, big, dtype=torch.int64).scatter_reduce(
-        0, dst.view(-1, *([1] * (msg.dim() - 1))).expand_as(msg), score, "amin", include_self=True)
+    first = torch.full_like(ref, big, dtype=torch.int64).scatter_reduce(0, index, score, "amin", include_self=True)
     win = hit & (score == first.index_select(0, dst))
     gsel = torch.where(win, grad64.index_select(0, dst), 0.0)
     dx = torch.zeros_like(x64).index_add(0, src, gsel if wb is None else gsel * wb)

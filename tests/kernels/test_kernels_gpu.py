@@ -717,6 +717,41 @@ def test_gespmm_split_rows_in_cuda_graphs(in_kernel, monkeypatch):
         assert torch.equal(out, expected)
 
 
+@pytest.mark.parametrize("backend", ["hpspmm", "gas"])
+def test_atomic_backends_zero_their_outputs_on_the_current_stream(backend):
+    """HP-SpMM and GAS add atomically into a zeroed output (forward, feature and weight gradients). The zeroing
+    must go to PyTorch's current stream: run on a side stream while the default stream is held busy, a zeroing
+    sent to the default stream would land after the kernel and wipe its sums. Captured into a CUDA graph, it must
+    be captured too (run at every replay): a second replay with other features would otherwise add onto the
+    first one's output."""
+    g = graph("big_hub")
+    x, w = inputs(g, 41, torch.float32, weighted=True)
+    grad = torch.randn(g.num_dst, 41, device="cuda")
+    ref, ref_dx, ref_dw = reference_with_grads(g, x.double(), w.double(), "sum", grad.double())
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    torch.cuda._sleep(200_000_000)  # ~0.1 s of the default stream
+    with torch.cuda.stream(side):
+        xg, wg = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+        out = graphfuse.aggregate(g, xg, wg, backend=backend)
+        out.backward(grad)
+    torch.cuda.synchronize()
+    assert_close(out.detach(), ref, reference.aggregate(g, x.double().abs(), w.double(), "sum"))
+    assert_close(xg.grad, ref_dx, _grad_x_scale(g, w.double(), grad, "sum"))
+    assert_close(wg.grad, ref_dw, _grad_w_scale(g, x.double(), grad, "sum", w.shape))
+    static = x.clone()
+    graphfuse.aggregate(g, static, w, backend=backend)  # warm-up: the graph's formats and plans exist
+    captured = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(captured, stream=side):
+        replayed = graphfuse.aggregate(g, static, w, backend=backend)
+    for seed in (1, 2):
+        static.copy_(inputs(g, 41, torch.float32, weighted=False, seed=seed)[0])
+        captured.replay()
+        torch.cuda.synchronize()
+        assert_close(replayed, reference.aggregate(g, static.double(), w.double(), "sum"),
+                     reference.aggregate(g, static.double().abs(), w.double(), "sum"))
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_auto_and_layers_run_on_backend(backend):
     """The layers on a kernel backend against a float64 copy of themselves on the reference: outputs and the

@@ -89,7 +89,7 @@ class EsSpmmPlan(rt.Plan):
     def __call__(self, x: Tensor, values: Tensor | None = None) -> Tensor:
         """The sampled aggregation of dense ``x`` (weighted by ``values`` when the plan is); shapes as in
         :func:`es_spmm`, unchecked."""
-        out = torch.empty(self.num_rows, self.k, dtype=self.dtype, device=self.device)
+        out = x.new_empty(self.num_rows, self.k)  # x has the plan's dtype and device (as GespmmPlan)
         if self.num_rows == 0 or self.k == 0:
             return out
         return self._for(x, out)._launch(x, values, out)

@@ -60,7 +60,7 @@ class HpSpmmPlan(rt.Plan):
     def __call__(self, x: Tensor, values: Tensor | None = None) -> Tensor:
         """The aggregation of dense ``x`` (weighted by ``values`` when the plan is); shapes as in
         :func:`hp_spmm`, unchecked."""
-        out = torch.zeros(self.num_rows, self.k, dtype=self.dtype, device=self.device)
+        out = x.new_zeros(self.num_rows, self.k)  # x has the plan's dtype and device (as GespmmPlan)
         return self._for(x, out)._launch(x, values, out)
 
     def _scalar_twin(self) -> HpSpmmPlan:

@@ -166,14 +166,15 @@ class GespmmPlan(rt.Plan):
         self.workspaces: dict[int, tuple] = {}  # stream handle → (counters or None, partials or None)
         # A stream's kept partials are shared by every host thread launching there (PyTorch's default stream: all
         # of them): the row kernel and gespmm_combine of one call are enqueued together, so that no other thread's
-        # row kernel overwrites the partials between them.
+        # row kernel overwrites the partials between them. One launch (no split rows, or the in-kernel fold) needs
+        # no lock: the stream orders it whole (the lock's with-block is ~0.5 µs of a small graph's host time).
         self.launching = threading.Lock()
 
     def __call__(self, x: Tensor, values: Tensor | None = None, edge_id: Tensor | None = None,
                  gather_arg: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         """``(out, arg)`` for dense ``x`` (and ``values``, ``edge_id``/``gather_arg`` as the plan's modes say);
         shapes as in :func:`gespmm`, unchecked."""
-        out = torch.empty(self.num_rows, self.k, dtype=self.dtype, device=self.device)
+        out = x.new_empty(self.num_rows, self.k)  # x has the plan's dtype and device; no keyword parsing (~0.5 µs)
         arg = torch.empty(self.num_rows, self.k, dtype=torch.int64, device=self.device) if self.track else None
         if self.num_rows == 0 or self.k == 0:
             return out, arg
@@ -224,13 +225,16 @@ class GespmmPlan(rt.Plan):
     def _launch(self, x: Tensor, values: Tensor | None, edge_id: Tensor | None, gather_arg: Tensor | None,
                 out: Tensor, arg: Tensor | None) -> tuple[Tensor, Tensor | None]:
         alive, work = self._workspace() if self.split else (None, NO_WORKSPACE)  # alive: the workspace's tensors
+        args = (*self.structure, rt.ptr(values), rt.ptr(edge_id), rt.ptr(gather_arg), x.data_ptr(), out.data_ptr(),
+                rt.ptr(arg), *work, *self.sizes)
+        if self.combine is None:
+            self.rows(*args)
+            return out, arg
+        schedule = self.schedule
         with self.launching:
-            self.rows(*self.structure, rt.ptr(values), rt.ptr(edge_id), rt.ptr(gather_arg), x.data_ptr(),
-                      out.data_ptr(), rt.ptr(arg), *work, *self.sizes)
-            if self.combine is not None:
-                schedule = self.schedule
-                self.combine(rt.ptr(schedule.long_rows), rt.ptr(schedule.long_ptr), rt.ptr(self.rowptr), work[0],
-                             work[1], out.data_ptr(), rt.ptr(arg), self.k)
+            self.rows(*args)
+            self.combine(rt.ptr(schedule.long_rows), rt.ptr(schedule.long_ptr), rt.ptr(self.rowptr), work[0], work[1],
+                         out.data_ptr(), rt.ptr(arg), self.k)
         return out, arg
 
 

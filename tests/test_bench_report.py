@@ -138,6 +138,13 @@ def test_bench_spmm_report_says_why_a_time_is_missing(scripts):
     assert "- those geometric means cover 25 cells; left out: cora.mtx K=64 (wrong output), cora.mtx K=128 " \
            "(out of memory)" in md
     assert "- the replayed geometric means cover 26 cells; left out: cora.mtx K=64 (wrong output)" in md
+    hp = report["graphs"][-1]["results"]["64"]["graph_replay_ms"]
+    hp["hpspmm"] = None
+    report["summary"] = bench.summarise(report["graphs"])
+    replayed = report["summary"]["hpspmm_graph_replay"]
+    assert replayed["cells"] == 14
+    assert replayed["missing"] == [f"{report['graphs'][-1]['name']} K=64 (not capturable or out of memory)"]
+    assert "- same, both captured in a CUDA graph and replayed (GPU time only) (subgraph" in bench.markdown(report)
     only_32 = [{**gr, "results": {"32": gr["results"]["32"]}} for gr in report["graphs"]]
     assert "geometric mean at K=64: –x" in bench.markdown({**report, "summary": bench.summarise(only_32)})
 

@@ -68,7 +68,7 @@ _REGISTRY: dict[str, Backend] = {}
 _BY_PRIORITY: list[Backend] = []  # _REGISTRY's values, highest priority first ("auto" walks this)
 _default_backend = "auto"  # the process's (set_default_backend)
 _block_backend: contextvars.ContextVar[str | None] = contextvars.ContextVar("graphfuse_backend", default=None)
-_generation = 0  # bumped by every (un)registration: part of resolve_cached's keys
+_generation = 0  # bumped by every (un)registration: part of the memo's keys (memo_key)
 
 
 def register_backend(backend: Backend) -> None:
@@ -101,7 +101,7 @@ def unregister_backend(name: str) -> None:
 
 
 def _registry_changed() -> None:
-    """Re-sort "auto"'s candidates and invalidate every memoised choice (resolve_cached's keys)."""
+    """Re-sort "auto"'s candidates and invalidate every memoised choice (memo_key)."""
     global _generation
     _BY_PRIORITY[:] = sorted(_REGISTRY.values(), key=lambda b: -b.priority)
     _generation += 1
@@ -244,30 +244,38 @@ def _deterministic(backend: Backend, device: torch.device, op: str, call: Mappin
         backend.deterministic_call is not None and backend.deterministic_call(op, **call))
 
 
-def resolve_cached(cache: dict, signature: tuple, op: str, device: torch.device, backend: str | None = None,
+def memo_key(op: str, backend: str | None, deterministic: bool | None, signature: tuple) -> tuple:
+    """The key under which :func:`resolve_cached` memoises a choice for one graph: ``signature`` (what the call's
+    tensors and arguments decide; see there) and what else decides it: the registry's generation, the backend
+    asked for (for None, the default one now), the ``deterministic`` asked for and torch's two determinism flags.
+
+    Raises:
+        TypeError: ``backend`` is not a str, or ``deterministic`` neither None nor a bool (before the key is hashed:
+            an unhashable backend failed in the lookup, and ``deterministic=1`` would find True's entry).
+    """
+    if backend is None:
+        backend = _block_backend.get() or _default_backend
+    elif backend.__class__ is not str:
+        _check_name(PUBLIC_NAMES.get(op, op), backend)
+    if deterministic is not None and deterministic.__class__ is not bool:
+        _deterministic_type_error(PUBLIC_NAMES.get(op, op), deterministic)
+    return (signature, op, _generation, backend, deterministic, torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled())
+
+
+def resolve_cached(cache: dict, key: tuple, op: str, device: torch.device, backend: str | None = None,
                    deterministic: bool | None = None, *, graph: Any, x: torch.Tensor,
                    edge_weight: torch.Tensor | None, reduce: str) -> Callable[..., Any]:
-    """:func:`resolve` of an aggregation op, memoised in ``cache`` (one per graph) under ``signature``: what,
-    besides the registry, the backend names and the determinism flag, decides the choice for this graph. The
-    engine's ops pass ``x``'s dtype and shape, the reduce and which edge weights (none, the graph's own, or
-    others of a given rank), and whether they need a gradient, so ``supports`` predicates and ``bind`` must
-    depend on nothing else. What is memoised is the chosen backend's ``bind(op, ...)`` where it has one (an
-    implementation with this signature's lookups done), else ``ops[op]``. On a small graph the walk over the
-    candidates costs more host time than the kernel; the memo turns it into one dictionary lookup. The call's
-    arguments are named parameters, not ``**call``: a hit then builds no keyword dict (~0.25 µs)."""
-    if backend is not None and backend.__class__ is not str:  # before the key is hashed
-        _check_name(PUBLIC_NAMES.get(op, op), backend)
-    torch_flag = torch.are_deterministic_algorithms_enabled()
-    requested = deterministic
-    if deterministic is None:
-        deterministic = torch_flag
-    elif deterministic.__class__ is not bool:
-        _deterministic_type_error(PUBLIC_NAMES.get(op, op), deterministic)
-    key = (op, _generation, get_default_backend() if backend is None else backend, deterministic, requested is None,
-           torch_flag, torch.is_deterministic_algorithms_warn_only_enabled(), signature)
+    """:func:`resolve` of an aggregation op, memoised in ``cache`` (one per graph) under ``key``
+    (:func:`memo_key`). The engine's ops give as the key's signature ``x``'s dtype and shape, the reduce and which
+    edge weights (none, the graph's own, or others of a given rank), and whether they need a gradient, so
+    ``supports`` predicates and ``bind`` must depend on nothing else. What is memoised is the chosen backend's
+    ``bind(op, ...)`` where it has one (an implementation with this signature's lookups done), else ``ops[op]``.
+    On a small graph the walk over the candidates costs more host time than the kernel; the memo turns it into
+    one dictionary lookup."""
     impl = cache.get(key)
     if impl is None:
-        chosen = _choose(op, device, backend, requested, graph=graph, x=x, edge_weight=edge_weight, reduce=reduce)
+        chosen = _choose(op, device, backend, deterministic, graph=graph, x=x, edge_weight=edge_weight, reduce=reduce)
         bound = chosen.bind and chosen.bind(op, graph=graph, x=x, edge_weight=edge_weight, reduce=reduce)
         impl = cache[key] = bound or chosen.ops[op]
     return impl

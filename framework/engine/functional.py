@@ -80,6 +80,10 @@ def aggregate(
     Shapes:
         x: (num_src, F) or (num_src, H, C); edge_weight: (E,) or (E, H); out: (num_dst, F) or (num_dst, H, C).
     """
+    if edge_weight is None and sampling is None and graph.__class__ is Graph and x.__class__ is Tensor:
+        impl, w = _memoised(graph, x, reduce, backend, deterministic)
+        if impl is not None:
+            return impl(graph, x, w, reduce)
     _check_graph("aggregate", graph)
     _check_nodes("aggregate", "x", x, graph.num_src, "num_src", graph)
     if reduce not in REDUCES:
@@ -102,17 +106,41 @@ def aggregate(
     return impl(graph, x, edge_weight, reduce)
 
 
+def _memoised(graph: Graph, x: Tensor, reduce: str, backend: str | None,
+              deterministic: bool | None) -> tuple[Any, Tensor | None]:
+    """The implementation the graph's memo holds for ``aggregate(graph, x, reduce=reduce, backend=backend,
+    deterministic=deterministic)`` (the layers' call: the graph's own weights, no sampling), and those weights;
+    (None, None) when the memo has none yet or the call needs what only the full path does (weights to cast, a
+    sampling block). A memo entry is made after the full path's checks of what its key fixes (x's dtype and shape,
+    the reduce, the weights' kind, the backend and the flags: see :func:`_resolve`); x's device and the edges are
+    checked here. On a small graph this is the host time the checks and the dispatch cost per call."""
+    w = graph.edge_weight
+    if ((w is not None and w.dtype is not x.dtype) or reduce.__class__ is not str or x.device != graph.device
+            or edge_sampling.current_sampling() is not None):
+        return None, None
+    memo = graph.memo("dispatch")
+    if memo is None:
+        return None, None
+    # _signature's value for these weights, inline: the graph's own are (E,)
+    signature = (x.dtype, x.shape, reduce) if w is None else (x.dtype, x.shape, reduce, True, 1, w.requires_grad)
+    return memo.get(dispatcher.memo_key("aggregate", backend, deterministic, signature)), w
+
+
+def _signature(graph: Graph, x: Tensor, edge_weight: Tensor | None, reduce: str) -> tuple:
+    """What of an aggregation call its memoised implementation depends on besides the graph (see
+    dispatcher.resolve_cached): x's dtype and shape, the reduce, which edge weights (none, the graph's own, or
+    others) with their rank and whether they need a gradient."""
+    return ((x.dtype, x.shape, reduce) if edge_weight is None else
+            (x.dtype, x.shape, reduce, edge_weight is graph.edge_weight, edge_weight.dim(), edge_weight.requires_grad))
+
+
 def _resolve(op: str, graph: Graph, x: Tensor, edge_weight: Tensor | None, reduce: str, backend: str | None,
              deterministic: bool | None) -> Any:
-    """The implementation of an aggregation op for this call, memoised on the graph under what the choice (and
-    a backend's ``bind``) depends on besides the graph: x's dtype and shape, the reduce, which edge weights
-    (none, the graph's own, or others) with their rank and whether they need a gradient (see
-    dispatcher.resolve_cached). x is on the graph's device (checked)."""
-    signature = ((x.dtype, x.shape, reduce) if edge_weight is None else
-                 (x.dtype, x.shape, reduce, edge_weight is graph.edge_weight, edge_weight.dim(),
-                  edge_weight.requires_grad))
-    return dispatcher.resolve_cached(graph.cached("dispatch", dict), signature, op, graph.device, backend,
-                                     deterministic, graph=graph, x=x, edge_weight=edge_weight, reduce=reduce)
+    """The implementation of an aggregation op for this call, memoised on the graph (dispatcher.memo_key with
+    :func:`_signature`). x is on the graph's device (checked)."""
+    key = dispatcher.memo_key(op, backend, deterministic, _signature(graph, x, edge_weight, reduce))
+    return dispatcher.resolve_cached(graph.cached("dispatch", dict), key, op, graph.device, backend, deterministic,
+                                     graph=graph, x=x, edge_weight=edge_weight, reduce=reduce)
 
 
 def _sampled(graph: Graph, x: Tensor, edge_weight: Tensor | None, reduce: str, backend: str | None,

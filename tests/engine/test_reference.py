@@ -190,6 +190,81 @@ def test_validation_errors(call, error, pattern):
 
 
 @pytest.mark.parametrize(
+    "call, error, pattern",
+    [
+        (lambda g, x: graphfuse.aggregate(g, x.to("meta")), ValueError, "x is on meta but the graph is on cpu"),
+        (lambda g, x: graphfuse.aggregate(g, x, deterministic=1), TypeError, "deterministic must be None or a bool"),
+        (lambda g, x: graphfuse.aggregate(g, x, reduce=["sum"]), ValueError, "reduce must be one of"),
+        (lambda g, x: graphfuse.aggregate(g, x, backend=["reference"]), TypeError, r"backend must be a backend name"),
+        (lambda g, x: graphfuse.aggregate(g, x, backend="nope"), ValueError, "unknown backend 'nope'"),
+        (lambda g, x: graphfuse.aggregate(g, x.long()), TypeError, "x must be floating point"),
+        (lambda g, x: graphfuse.aggregate(g, x[:-1]), ValueError, r"x must have shape \(num_src=50, F\)"),
+        (lambda g, x: (g.edge_index.add_(0), graphfuse.aggregate(g, x)), ValueError, "changed in place"),
+    ],
+)
+def test_a_memoised_call_is_checked_as_a_first_one(call, error, pattern):
+    """The layers' call (the graph's own weights, no sampling) is served from the graph's memo once made: what the
+    memo's key does not fix (x's device, the edges) is checked per call, and an invalid argument still gets its
+    error rather than a hit (deterministic=1 equals True as a key, an unhashable reduce failed in the lookup)."""
+    g, x = make_graph_case("unsorted"), torch.randn(50, 4)
+    g.edge_weight = torch.rand(g.num_edges)
+    for deterministic in (None, True):
+        graphfuse.aggregate(g, x, deterministic=deterministic)
+    assert graphfuse.aggregate(g, x).shape == (50, 4)  # a hit
+    with pytest.raises(error, match=pattern):
+        call(g, x)
+
+
+def test_the_layers_call_is_served_from_the_memo_after_the_first(monkeypatch):
+    """The layers' call (the graph's own weights or none, no sampling) finds the entry the full path made: its
+    key is the full path's (a key of its own missed every time and paid the full path's host time per call)."""
+    from graphfuse.engine import dispatcher
+
+    full = []
+    resolve_cached = dispatcher.resolve_cached
+    monkeypatch.setattr(dispatcher, "resolve_cached", lambda *args, **kw: full.append(args[1]) or resolve_cached(*args, **kw))
+    g, x = make_graph_case("unsorted"), torch.randn(50, 4)
+    for weights in (None, torch.rand(g.num_edges), torch.rand(g.num_edges).requires_grad_()):
+        g.edge_weight = weights
+        for _ in range(3):
+            graphfuse.aggregate(g, x, reduce="max", backend="reference")
+    assert len(full) == 3, full
+
+
+def test_a_memoised_call_follows_the_sampling_block_and_the_weights():
+    """A memo hit for the graph's own weights serves only calls the full path would serve the same way: inside
+    ``use_sampling`` the sampled path runs, weights of another dtype than x are cast, replaced weights are used,
+    and an ``nn.Parameter`` x is accepted as a plain tensor is."""
+    g = make_graph_case("unsorted")
+    g.edge_weight = torch.rand(g.num_edges)
+    x = torch.randn(50, 4)
+    graphfuse.aggregate(g, x)
+    assert torch.equal(graphfuse.aggregate(g, x), reference.aggregate(g, x, g.edge_weight))
+    with pytest.raises(ValueError, match="use_sampling"), graphfuse.engine.use_sampling(graphfuse.EdgeSampling(2)):
+        graphfuse.aggregate(g, x)
+    with torch.no_grad(), graphfuse.engine.use_sampling(graphfuse.EdgeSampling(2)):
+        sampled = graphfuse.aggregate(g, x)
+    assert not torch.allclose(sampled, reference.aggregate(g, x, g.edge_weight))
+    g.edge_weight = torch.rand(g.num_edges, dtype=torch.float64)
+    out = graphfuse.aggregate(g, x)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, reference.aggregate(g, x, g.edge_weight.float()))
+    param = torch.nn.Parameter(x.clone())
+    torch.testing.assert_close(graphfuse.aggregate(g, param), out)
+    seen = []  # the weights' dtype a backend gets: x's (the kernels read them as x's dtype)
+    register_backend(Backend(name="fake_dtypes", devices=frozenset({"cpu"}), ops={
+        "aggregate": lambda graph, x, edge_weight, reduce: seen.append(edge_weight.dtype) or x}))
+    try:
+        for weights in (torch.rand(g.num_edges), torch.rand(g.num_edges, dtype=torch.float64)):
+            g.edge_weight = weights
+            for _ in range(2):
+                graphfuse.aggregate(g, x, backend="fake_dtypes")
+    finally:
+        graphfuse.engine.unregister_backend("fake_dtypes")
+    assert seen == [torch.float32] * 4
+
+
+@pytest.mark.parametrize(
     "backend, error, pattern",
     [
         ("reference", TypeError, "backend must be a graphfuse.engine.Backend; got str"),

@@ -225,8 +225,9 @@ class GespmmPlan(rt.Plan):
     def _launch(self, x: Tensor, values: Tensor | None, edge_id: Tensor | None, gather_arg: Tensor | None,
                 out: Tensor, arg: Tensor | None) -> tuple[Tensor, Tensor | None]:
         alive, work = self._workspace() if self.split else (None, NO_WORKSPACE)  # alive: the workspace's tensors
-        args = (*self.structure, rt.ptr(values), rt.ptr(edge_id), rt.ptr(gather_arg), x.data_ptr(), out.data_ptr(),
-                rt.ptr(arg), *work, *self.sizes)
+        args = (*self.structure, 0 if values is None else values.data_ptr(), 0 if edge_id is None else edge_id.data_ptr(),
+                0 if gather_arg is None else gather_arg.data_ptr(), x.data_ptr(), out.data_ptr(),
+                0 if arg is None else arg.data_ptr(), *work, *self.sizes)  # rt.ptr inline: ~0.4 µs of a call
         if self.combine is None:
             self.rows(*args)
             return out, arg

@@ -115,3 +115,15 @@ __global__ void __launch_bounds__(256) hp_spmm(
   }
   hp_flush<T, VEC, CF>(out, rowptr, cur, begin, end, acc, MEAN, K, k_base, gl, GROUP);
 }
+
+// The zeroed output HP-SpMM's cut rows are added into: n elements, VEC per thread (VEC divides K, hence n, and the
+// output is fresh from PyTorch's allocator, aligned). A launch of its own costs the host less than torch.zeros (an
+// allocation and a fill through PyTorch's dispatcher).
+template <typename T, int VEC>
+__global__ void __launch_bounds__(256) hp_zero(T* __restrict__ out, i64 n) {
+  const i64 i = ((i64)blockIdx.x * blockDim.x + threadIdx.x) * VEC;
+  if (i < n) {
+    const T zero[VEC] = {};
+    gf_store<T, VEC>(out + i, zero);
+  }
+}

@@ -29,7 +29,7 @@ REDUCES = ("sum", "mean")
 
 class HpSpmmPlan(rt.Plan):
     """One HP-SpMM configuration with everything but the dense operands fixed (structure, K, dtype, reduce,
-    weighted or not, the task split): calling it zeroes the output and launches once. The engine caches plans
+    weighted or not, the task split): calling it zeroes the output (hp_zero) and launches. The engine caches plans
     per graph; :func:`hp_spmm` builds a throwaway one. ``npw`` fixes NnzPerWarp (None: Dynamic Task
     Partition). A misaligned ``x`` (a view into a larger tensor) is served by a scalar-load twin
     (:class:`~graphfuse.kernels.runtime.Plan`)."""
@@ -54,13 +54,16 @@ class HpSpmmPlan(rt.Plan):
         workers = -(-nnz // self.npw)
         self.kernel = rt.Kernel(FILE, name, self.device, (-(-workers // (rt.BLOCK // group)), tiles), (rt.BLOCK,),
                                 family=family)
+        self.numel = self.num_rows * k
+        self.zero = rt.Kernel(FILE, f"hp_zero<{rt.ctype(dtype)}, {vec_}>", self.device,
+                              (-(-self.numel // (vec_ * rt.BLOCK)),), (rt.BLOCK,), family=family)
         self.structure = (rt.ptr(rowptr), rt.ptr(row), rt.ptr(col))
         self.sizes = (nnz, k, self.npw)
 
     def __call__(self, x: Tensor, values: Tensor | None = None) -> Tensor:
         """The aggregation of dense ``x`` (weighted by ``values`` when the plan is); shapes as in
         :func:`hp_spmm`, unchecked."""
-        out = x.new_zeros(self.num_rows, self.k)  # x has the plan's dtype and device (as GespmmPlan)
+        out = x.new_empty(self.num_rows, self.k)  # x has the plan's dtype and device (as GespmmPlan); zeroed below
         return self._for(x, out)._launch(x, values, out)
 
     def _scalar_twin(self) -> HpSpmmPlan:
@@ -68,6 +71,7 @@ class HpSpmmPlan(rt.Plan):
                           weighted=self.weighted, vec=1, npw=self.npw)
 
     def _launch(self, x: Tensor, values: Tensor | None, out: Tensor) -> Tensor:
+        self.zero(out.data_ptr(), self.numel)
         self.kernel(*self.structure, rt.ptr(values), x.data_ptr(), out.data_ptr(), *self.sizes)
         return out
 
@@ -106,7 +110,7 @@ def _names(t: str, weighted: bool, mean: bool, vec: int, cf: int, group: int) ->
     """(kernel name, family): the family compiles the weighted/unweighted × sum/mean siblings together."""
     name = f"hp_spmm<{t}, {rt.cbool(weighted)}, {rt.cbool(mean)}, {vec}, {cf}, {group}>"
     family = tuple(f"hp_spmm<{t}, {w}, {m}, {vec}, {cf}, {group}>" for w in ("false", "true")
-                   for m in ("false", "true"))
+                   for m in ("false", "true")) + (f"hp_zero<{t}, {vec}>",)
     return name, family
 
 
@@ -114,4 +118,5 @@ def instances() -> list[str]:
     """Representative template instances (compiled by the CPU test with nvcc)."""
     return [f"hp_spmm<{t}, {w}, {m}, {vec}, {cf}, {group}>" for t in ("float", "double")
             for w in ("false", "true") for m in ("false", "true")
-            for vec, cf, group in ((1, 1, 1), (1, 1, 8), (1, 2, 32), (4, 1, 8), (2, 2, 32))]
+            for vec, cf, group in ((1, 1, 1), (1, 1, 8), (1, 2, 32), (4, 1, 8), (2, 2, 32))] + [
+        f"hp_zero<{t}, {vec}>" for t, vecs in (("float", (1, 2, 4)), ("double", (1, 2))) for vec in vecs]

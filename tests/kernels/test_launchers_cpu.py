@@ -429,7 +429,8 @@ def test_launch_binds_the_primary_context_only_when_another_is_current(monkeypat
 
 def test_hp_spmm_siblings_compile_in_one_nvrtc_call(monkeypatch):
     """The first need of an HP-SpMM instance is Dynamic Task Partition's occupancy query (full_wave): it
-    compiles the plan's whole family, so the weighted/unweighted × sum/mean siblings cost one compile."""
+    compiles the plan's whole family, so the weighted/unweighted × sum/mean siblings and the output's zeroing
+    kernel cost one compile."""
     from graphfuse.kernels import hp_spmm
 
     compiles = []
@@ -457,7 +458,7 @@ def test_hp_spmm_siblings_compile_in_one_nvrtc_call(monkeypatch):
                 hp_spmm.HpSpmmPlan(rowptr, row, col, k=64, dtype=torch.float32, reduce=reduce, weighted=weighted)
     finally:
         runtime.full_wave.cache_clear()
-    assert len(compiles) == 1 and len(compiles[0]) == 4
+    assert len(compiles) == 1 and len(compiles[0]) == 5 and "hp_zero<float, 4>" in compiles[0], compiles
 
 
 def _bad_structures():

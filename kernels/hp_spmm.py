@@ -107,7 +107,8 @@ def hp_spmm(rowptr: Tensor, row: Tensor, col: Tensor, x: Tensor, values: Tensor 
 
 @functools.cache
 def _names(t: str, weighted: bool, mean: bool, vec: int, cf: int, group: int) -> tuple[str, tuple[str, ...]]:
-    """(kernel name, family): the family compiles the weighted/unweighted × sum/mean siblings together."""
+    """(kernel name, family): the family compiles the weighted/unweighted × sum/mean siblings and the output's
+    zeroing kernel (hp_zero) together."""
     name = f"hp_spmm<{t}, {rt.cbool(weighted)}, {rt.cbool(mean)}, {vec}, {cf}, {group}>"
     family = tuple(f"hp_spmm<{t}, {w}, {m}, {vec}, {cf}, {group}>" for w in ("false", "true")
                    for m in ("false", "true")) + (f"hp_zero<{t}, {vec}>",)

@@ -238,7 +238,7 @@ def _launch(fn: int, index: int, shape: tuple, args: Sequence[int | float]) -> N
     arguments packed into the thread's parameter block, no CuPy argument conversion, stream object or device
     context manager on the way (unless the thread is not on the device's primary context)."""
     params = _pack(args)
-    driver = _driver_module or _driver()
+    driver = _driver()
     if driver.ctxGetCurrent() == _contexts.get(index):  # the device's primary context is the thread's
         driver.launchKernel(fn, *shape, _current_stream_ptr(index), params, 0)
         return
@@ -260,14 +260,9 @@ def _primary_context(index: int) -> Iterator[None]:
 _contexts: dict[int, int] = {}  # device index → its primary context (the CUcontext handle, as an int)
 
 
+@functools.cache
 def _driver() -> Any:
-    """CuPy's driver API module, looked up once (kept in ``_driver_module``: a launch reads the global)."""
-    global _driver_module
-    _driver_module = _cupy().cuda.driver
-    return _driver_module
-
-
-_driver_module: Any = None
+    return _cupy().cuda.driver
 
 
 class Plan:

@@ -227,7 +227,7 @@ class GespmmPlan(rt.Plan):
         alive, work = self._workspace() if self.split else (None, NO_WORKSPACE)  # alive: the workspace's tensors
         args = (*self.structure, 0 if values is None else values.data_ptr(), 0 if edge_id is None else edge_id.data_ptr(),
                 0 if gather_arg is None else gather_arg.data_ptr(), x.data_ptr(), out.data_ptr(),
-                0 if arg is None else arg.data_ptr(), *work, *self.sizes)  # rt.ptr inline: ~0.4 µs of a call
+                0 if arg is None else arg.data_ptr(), *work, *self.sizes)  # rt.ptr inline: 0.45 µs of a plan call (CPU machine)
         if self.combine is None:
             self.rows(*args)
             return out, arg

@@ -239,9 +239,7 @@ class Graph:
     def memo(self, key: Any) -> Any:
         """The value cached under ``key``, or None when there is none: :meth:`cached`'s lookup (its check that
         ``edge_index`` is unchanged included) without the build, for entries that are not ``weighted``."""
-        version = self._edge_version
-        if version is not None and self._edge_index._version != version:
-            self._check_edges_unchanged()
+        self._check_edges_unchanged()
         return self._cache.get(key)
 
     def _weight_stamp(self) -> tuple[Tensor | None, int | None]:

@@ -3,7 +3,8 @@
 // head, row splitting for load balance, and an optional "argmask" used by the max/min backward pass.
 //
 // Work mapping (gespmm_rows): a GROUP of lanes (32 = one warp; fewer, several rows per warp, for K <= 64; see
-// spmm.config) owns one row segment and a column tile of GROUP * VEC * CF columns (grid.y walks the tiles).
+// spmm.config) owns one row segment (a whole row, or a piece of a split row; with a schedule, the segments are
+// visited longest first, so that the groups of a block finish together) and a column tile of GROUP * VEC * CF columns (grid.y walks the tiles).
 // The group loads GROUP (col, val) pairs of its segment with one coalesced access (CRC; kept in registers and
 // broadcast with shuffles), then every lane accumulates VEC-wide vectors of CF column chunks (CWM); UNCHECKED
 // (max/min, when every tile is full) leaves out the per-column bound check. Rows longer than the schedule's
@@ -120,7 +121,7 @@ constexpr int gespmm_min_blocks =
 
 template <typename T, int REDUCE, int WMODE, int VEC, int CF, int GROUP, bool ARGMASK, bool TRACK, bool UNCHECKED>
 __global__ void __launch_bounds__(256, gespmm_min_blocks<T, REDUCE, GROUP, TRACK>) gespmm_rows(
-    const i64* __restrict__ seg_ptr,     // (S + 1,) nnz offsets of the row segments
+    const i64* __restrict__ seg_ptr,     // stride 1: (S + 1,) the segments' entry offsets; 2: (S, 2) begin, end
     const i64* __restrict__ seg_row,     // (S,) row of each segment; null: segment s is row s
     const i64* __restrict__ seg_slot,    // (S,) >= 0: output row; < 0: workspace row -slot-1; null: = row
     const int* __restrict__ col,         // (nnz,) gathered row of x for each entry
@@ -134,7 +135,7 @@ __global__ void __launch_bounds__(256, gespmm_min_blocks<T, REDUCE, GROUP, TRACK
     i64* __restrict__ part_arg,          // TRACK: (P, K)
     const i64* __restrict__ rowptr,      // (num_rows + 1,) whole-row offsets (split rows only)
     unsigned* __restrict__ done,         // (P * tiles,) counters, zero between launches; null: gespmm_combine folds
-    i64 num_segs, i64 K, i64 H, i64 C, i64 seg_len) {
+    i64 num_segs, i64 K, i64 H, i64 C, i64 seg_len, i64 seg_stride) {
   typedef gf_acc_t<T> A;  // T itself, float for float16/bfloat16
   constexpr int TILE = GROUP * VEC * CF;
   constexpr bool EXTREMUM = (REDUCE == GF_MAX || REDUCE == GF_MIN);
@@ -145,7 +146,7 @@ __global__ void __launch_bounds__(256, gespmm_min_blocks<T, REDUCE, GROUP, TRACK
   const i64 s = (i64)blockIdx.x * (blockDim.x / GROUP) + threadIdx.x / GROUP;
   if (s >= num_segs) return;  // the whole group leaves together
   const unsigned mask = gf_group_mask<GROUP>();
-  const i64 beg = seg_ptr[s], end = seg_ptr[s + 1];
+  const i64 beg = seg_ptr[s * seg_stride], end = seg_ptr[s * seg_stride + 1];
   const i64 k_base = (i64)blockIdx.y * TILE;
 
   A acc[CF][VEC];
@@ -286,14 +287,16 @@ __global__ void gespmm_schedule_count(const i64* __restrict__ rowptr, i64* __res
 
 // Pass 2, from the counts' inclusive sums along each row of `incl`: a thread per segment (grid-stride), which
 // finds its row by binary search over the segment sums (every row has at least one segment, so they rise
-// strictly), so that a hub's thousands of segments are written in parallel. A segment starts at entry
-// rowptr[r] + j * segment and goes to output row r, or (split rows) to consecutive workspace rows -(p + 1); a
-// split row's first segment also writes the row's place in long_rows and its end in long_ptr. The sizes were
-// read from the sums' last column, so every write lands inside the tensors allocated from them.
+// strictly), so that a hub's thousands of segments are written in parallel. Segment s, the j-th of row r,
+// covers entries rowptr[r] + j * segment up to the next segment's start (the row's end for its last) and goes
+// to output row r, or (split rows) to consecutive workspace rows -(p + 1). Written in row order: its begin and
+// end (seg_range), row, slot and length (spmm.row_schedule then sorts them longest first). A split row's first
+// segment also writes the row's place in long_rows and its end in long_ptr. The sizes were read from the sums'
+// last column, so every write lands inside the tensors allocated from them.
 __global__ void gespmm_schedule_fill(const i64* __restrict__ rowptr, const i64* __restrict__ incl, i64 rows,
-                                     i64 segment, i64* __restrict__ seg_ptr, i64* __restrict__ seg_row,
-                                     i64* __restrict__ seg_slot, i64* __restrict__ long_rows,
-                                     i64* __restrict__ long_ptr) {
+                                     i64 segment, i64* __restrict__ seg_range, i64* __restrict__ seg_row,
+                                     i64* __restrict__ seg_slot, int* __restrict__ length,
+                                     i64* __restrict__ long_rows, i64* __restrict__ long_ptr) {
   const i64 total = incl[rows - 1];
   for (i64 s = (i64)blockIdx.x * blockDim.x + threadIdx.x; s < total; s += (i64)gridDim.x * blockDim.x) {
     i64 lo = 0, hi = rows - 1;  // the row of segment s: the first r with incl[r] > s
@@ -302,20 +305,20 @@ __global__ void gespmm_schedule_fill(const i64* __restrict__ rowptr, const i64* 
       if (incl[mid] > s) hi = mid;
       else lo = mid + 1;
     }
-    const i64 r = lo, end = incl[r], nseg = end - (r ? incl[r - 1] : 0), j = s - (end - nseg);
+    const i64 r = lo, last = incl[r], nseg = last - (r ? incl[r - 1] : 0), j = s - (last - nseg);
     const bool split = nseg > 1;
     const i64 p0 = incl[2 * rows + r] - (split ? nseg : 0);
-    seg_ptr[s] = rowptr[r] + j * segment;
+    const i64 beg = rowptr[r] + j * segment, end = j == nseg - 1 ? rowptr[r + 1] : beg + segment;
+    seg_range[2 * s] = beg;
+    seg_range[2 * s + 1] = end;
     seg_row[s] = r;
     seg_slot[s] = split ? -(p0 + j + 1) : r;
+    length[s] = (int)min(end - beg, (i64)0x7fffffff);  // the sort key (longer ones need no order among them)
     if (split && j == 0) {
       const i64 l = incl[rows + r] - 1;
       long_rows[l] = r;
       long_ptr[l + 1] = p0 + nseg;
     }
-    if (s == 0) {
-      seg_ptr[total] = rowptr[rows];
-      long_ptr[0] = 0;
-    }
+    if (s == 0) long_ptr[0] = 0;
   }
 }

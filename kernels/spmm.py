@@ -36,15 +36,16 @@ NO_WORKSPACE = (0, 0, 0, 0)  # gespmm_rows' part, part_arg, rowptr, done for a p
 
 
 class RowSchedule(NamedTuple):
-    """Row segments of at most ``segment`` entries (see :func:`row_schedule`).
+    """Row segments of at most ``segment`` entries (see :func:`row_schedule`), in the order the row kernel visits
+    them: longest first, equal lengths in row order (so a split row's segments in order).
 
-    ``seg_ptr`` (S + 1,) entry offsets; ``seg_row`` (S,) the row of each segment; ``seg_slot`` (S,) the output
-    row, or ``-(p + 1)`` for workspace row p (a split row's segments take consecutive workspace rows, in
+    ``seg_range`` (S, 2) each segment's first and end entry; ``seg_row`` (S,) its row; ``seg_slot`` (S,) the
+    output row, or ``-(p + 1)`` for workspace row p (a split row's segments take consecutive workspace rows, in
     order); ``long_rows`` (L,) the split rows, ``long_ptr`` (L + 1,) their workspace rows; ``segment`` the
     segment length; ``num_partials`` = P.
     """
 
-    seg_ptr: Tensor
+    seg_range: Tensor
     seg_row: Tensor
     seg_slot: Tensor
     long_rows: Tensor
@@ -61,7 +62,10 @@ def row_schedule(rowptr: Tensor, segment: int = DEFAULT_SEGMENT, split_above: in
 
     Returns None when no row is longer than ``max(segment, split_above)`` (the kernel then maps segment s to
     row s). Built on the device by two kernels around a cumulative sum, with one host sync that reads every
-    size at once; cached by the engine per graph (a sampled batch builds it on every step).
+    size at once, then ordered longest first by a stable sort of the lengths: in row order a block of the row
+    kernel holds its place on the SM until its longest segment is done, so that on a skewed graph most of the
+    SM's places wait on a few long segments (see docs/kernels.md). Cached by the engine per graph (a sampled
+    batch builds it on every step).
     """
     rt.check_tensor("row_schedule", "rowptr", rowptr, dtypes=(torch.int64,), ndim=1)
     if rowptr.numel() < 1:
@@ -78,10 +82,12 @@ def row_schedule(rowptr: Tensor, segment: int = DEFAULT_SEGMENT, split_above: in
     num_segments, num_long, num_partials, over = incl[:, -1].tolist()
     if not over:
         return None
-    sizes = (num_segments + 1, num_segments, num_segments, num_long, num_long + 1)
-    parts = tuple(torch.empty(size, dtype=torch.int64, device=device) for size in sizes)
+    shapes = ((num_segments, 2), (num_segments,), (num_segments,), (num_segments,), (num_long,), (num_long + 1,))
+    parts = tuple(torch.empty(shape, dtype=torch.int32 if i == 3 else torch.int64, device=device)
+                  for i, shape in enumerate(shapes))
     _schedule_fill(rowptr, incl, segment, parts)
-    return RowSchedule(*parts, segment, num_partials)
+    order = torch.sort(parts[3], descending=True, stable=True).indices
+    return RowSchedule(*(t.index_select(0, order) for t in parts[:3]), *parts[4:], segment, num_partials)
 
 
 def _schedule_grid(threads: int) -> tuple[int]:
@@ -99,8 +105,8 @@ def _schedule_counts(rowptr: Tensor, segment: int, threshold: int) -> Tensor:
 
 
 def _schedule_fill(rowptr: Tensor, incl: Tensor, segment: int, parts: tuple[Tensor, ...]) -> None:
-    """gespmm_schedule_fill: writes ``parts`` (seg_ptr, seg_row, seg_slot, long_rows, long_ptr) from the
-    inclusive sums ``incl`` of :func:`_schedule_counts`."""
+    """gespmm_schedule_fill: writes ``parts`` (seg_range, seg_row, seg_slot and the segments' lengths, in row
+    order; long_rows, long_ptr) from the inclusive sums ``incl`` of :func:`_schedule_counts`."""
     rt.launch(FILE, SCHEDULE_KERNELS[1], rowptr.device, _schedule_grid(parts[1].numel()), (rt.BLOCK,),
               (rowptr.data_ptr(), incl.data_ptr(), incl.size(1), segment, *(t.data_ptr() for t in parts)),
               family=SCHEDULE_KERNELS)
@@ -150,10 +156,10 @@ class GespmmPlan(rt.Plan):
                                        track, full=k % tile == 0)  # every tile full: max/min skip the bound check
         grid = (-(-num_segs // (rt.BLOCK // group)), -(-k // tile))
         self.rows = rt.Kernel(FILE, name, self.device, grid, (rt.BLOCK,), family=family)
-        seg_ptr = rowptr if schedule is None else schedule.seg_ptr
+        seg_ptr = rowptr if schedule is None else schedule.seg_range  # offsets (stride 1) or (begin, end) pairs (2)
         self.structure = (rt.ptr(seg_ptr), rt.ptr(None if schedule is None else schedule.seg_row),
                           rt.ptr(None if schedule is None else schedule.seg_slot), rt.ptr(col))
-        self.sizes = (num_segs, k, heads, k // heads, 1 if schedule is None else schedule.segment)
+        self.sizes = (num_segs, k, heads, k // heads, *((1, 1) if schedule is None else (schedule.segment, 2)))
         self.split = schedule is not None and schedule.num_partials > 0
         # Few split rows: folded in the row kernel (one launch; the per-row counters cost GPU time that only
         # a small graph, bound by host launch cost, wins back); many: gespmm_combine's second launch.
@@ -315,7 +321,7 @@ def _check(rowptr: Tensor, col: Tensor, x: Tensor, values: Tensor | None, reduce
         raise TypeError(f"{op}: schedule must be a RowSchedule (row_schedule(rowptr)) or None; got "
                         f"{type(schedule).__name__}")
     rt.check_devices(op, {"x": x, "rowptr": rowptr, "col": col, "values": values, "edge_id": edge_id,
-                          "gather_arg": gather_arg, "schedule": None if schedule is None else schedule.seg_ptr})
+                          "gather_arg": gather_arg, "schedule": None if schedule is None else schedule.seg_range})
 
 
 def _row_kernel(t: str, red: int, wmode: int, vec: int, cf: int, group: int, argmask: bool, track: bool,

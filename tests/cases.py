@@ -103,20 +103,28 @@ def schedule_counts(rowptr: torch.Tensor, segment: int, threshold: int) -> torch
     return torch.stack([nseg, split, nseg * split, (deg > threshold).long()])
 
 
-def torch_row_schedule(rowptr: torch.Tensor, segment: int) -> tuple:
+def torch_row_schedule(rowptr: torch.Tensor, segment: int, ordered: bool = True) -> tuple:
     """``spmm.row_schedule(rowptr, segment)``'s fields computed with tensor operations (the form its kernels
-    replaced): the oracle of the GPU test, and what the CPU launch-arity test fills in for the kernels."""
+    replaced): the oracle of the GPU test, and what the CPU launch-arity test fills in for the kernels.
+    ``ordered=False``: what ``gespmm_schedule_fill`` writes before the sort (seg_range, seg_row, seg_slot and
+    the lengths in row order, long_rows, long_ptr)."""
     deg = rowptr.diff()
     nseg = ((deg + segment - 1) // segment).clamp_(min=1)
     rows = torch.arange(deg.numel(), device=rowptr.device)
     seg_row = torch.repeat_interleave(rows, nseg)
     within = torch.arange(seg_row.numel(), device=rowptr.device) - (torch.cumsum(nseg, 0) - nseg)[seg_row]
-    seg_ptr = torch.cat([rowptr[seg_row] + within * segment, rowptr[-1:]])
+    beg = rowptr[seg_row] + within * segment
+    end = torch.where(within == nseg[seg_row] - 1, rowptr[seg_row + 1], beg + segment)
     is_long = nseg > 1
     long_seg = is_long[seg_row]
     seg_slot = torch.where(long_seg, -torch.cumsum(long_seg.long(), 0), seg_row)
+    seg_range = torch.stack([beg, end], 1)
     long_ptr = torch.cat([rowptr.new_zeros(1), torch.cumsum(nseg[is_long], 0)])
-    return seg_ptr, seg_row, seg_slot, rows[is_long], long_ptr, segment, int(long_ptr[-1])
+    if not ordered:
+        return seg_range, seg_row, seg_slot, (end - beg).int(), rows[is_long], long_ptr
+    # longest first, equal lengths in row order: a key without ties, which any sort puts in the same order
+    order = torch.argsort((beg - end) * seg_row.numel() + torch.arange(seg_row.numel(), device=rowptr.device))
+    return seg_range[order], seg_row[order], seg_slot[order], rows[is_long], long_ptr, segment, int(long_ptr[-1])
 
 
 SMALL_POOL_MAX = 1 << 20  # the caching allocator's largest small-pool request (kSmallSize)

@@ -490,24 +490,29 @@ def test_row_schedule_covers_rows(segment):
     deg = torch.tensor([0, 5, 1, 0, 7, 2, 3, 250, 100, 101], device="cuda")
     rowptr = torch.cat([torch.zeros(1, dtype=torch.int64, device="cuda"), deg.cumsum(0)])
     sched = spmm_kernels.row_schedule(rowptr, segment)
-    seg_len = sched.seg_ptr.diff()
+    (beg, end), seg_row, seg_slot = sched.seg_range.unbind(1), sched.seg_row, sched.seg_slot
+    seg_len = end - beg
     assert int(seg_len.max()) <= segment and int(seg_len.min()) >= 0
-    assert sched.seg_ptr[0] == 0 and sched.seg_ptr[-1] == rowptr[-1]
+    # visited longest first, equal lengths in row order (a split row's segments in order)
+    visit = list(zip((-seg_len).tolist(), seg_row.tolist(), beg.tolist()))
+    assert visit == sorted(visit)
     # each row's segments tile exactly its entries
     for r in range(deg.numel()):
-        segs = (sched.seg_row == r).nonzero().flatten()
+        segs = (seg_row == r).nonzero().flatten()
         assert segs.numel() >= 1
-        assert int(sched.seg_ptr[segs[0]]) == int(rowptr[r]) and int(sched.seg_ptr[segs[-1] + 1]) == int(rowptr[r + 1])
+        assert beg[segs].tolist() == sorted(beg[segs].tolist())
+        assert int(beg[segs[0]]) == int(rowptr[r]) and int(end[segs[-1]]) == int(rowptr[r + 1])
+        assert beg[segs[1:]].tolist() == end[segs[:-1]].tolist()
         long = bool((sched.long_rows == r).any())
         assert long == (int(deg[r]) > segment)
         if long:  # consecutive workspace rows, in order, where both folds look for them
             i = int((sched.long_rows == r).nonzero())
-            slots = (-sched.seg_slot[segs] - 1).tolist()
+            slots = (-seg_slot[segs] - 1).tolist()
             assert slots == list(range(int(sched.long_ptr[i]), int(sched.long_ptr[i + 1])))
-            within = ((sched.seg_ptr[segs] - rowptr[r]) // segment).tolist()
+            within = ((beg[segs] - rowptr[r]) // segment).tolist()
             assert [p - w for p, w in zip(slots, within)] == [slots[0]] * len(slots)
         else:
-            assert sched.seg_slot[segs].tolist() == [r]
+            assert seg_slot[segs].tolist() == [r]
     assert sched.segment == segment
     assert sched.num_partials == int(sched.long_ptr[-1])
 
@@ -554,7 +559,7 @@ def test_rows_are_split_only_past_the_minimum_degree():
     sched = autograd._schedule(star(autograd.SPLIT_MIN_DEGREE + 1), "csr", 64)
     assert sched is not None and sched.long_rows.tolist() == [0] and sched.num_partials == 3
     step = autograd.SMALL_SEGMENT  # small graphs: short segments
-    assert sched.seg_ptr.tolist()[:3] == [0, step, 2 * step]
+    assert sched.seg_range[:3, 0].tolist() == [0, step, 2 * step]  # the hub's segments, visited first
     assert autograd._schedule(graphfuse.Graph(torch.empty(2, 0, dtype=torch.long, device="cuda"), num_nodes=0), "csr",
                               64) is None
 

@@ -65,7 +65,7 @@ def row_schedule(rowptr: Tensor, segment: int = DEFAULT_SEGMENT, split_above: in
     size at once, then ordered longest first by a stable sort of the lengths: in row order a block of the row
     kernel holds its place on the SM until its longest segment is done, so that on a skewed graph most of the
     SM's places wait on a few long segments (see docs/kernels.md). Cached by the engine per graph (a sampled
-    batch builds it on every step).
+    batch builds it, sort included, on every step).
     """
     rt.check_tensor("row_schedule", "rowptr", rowptr, dtypes=(torch.int64,), ndim=1)
     if rowptr.numel() < 1:

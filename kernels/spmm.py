@@ -82,12 +82,13 @@ def row_schedule(rowptr: Tensor, segment: int = DEFAULT_SEGMENT, split_above: in
     num_segments, num_long, num_partials, over = incl[:, -1].tolist()
     if not over:
         return None
-    shapes = ((num_segments, 2), (num_segments,), (num_segments,), (num_segments,), (num_long,), (num_long + 1,))
-    parts = tuple(torch.empty(shape, dtype=torch.int32 if i == 3 else torch.int64, device=device)
-                  for i, shape in enumerate(shapes))
-    _schedule_fill(rowptr, incl, segment, parts)
-    order = torch.sort(parts[3], descending=True, stable=True).indices
-    return RowSchedule(*(t.index_select(0, order) for t in parts[:3]), *parts[4:], segment, num_partials)
+    segs = tuple(torch.empty(shape, dtype=torch.int64, device=device)  # seg_range, seg_row, seg_slot
+                 for shape in ((num_segments, 2), (num_segments,), (num_segments,)))
+    length = torch.empty(num_segments, dtype=torch.int32, device=device)
+    long_rows, long_ptr = (torch.empty(size, dtype=torch.int64, device=device) for size in (num_long, num_long + 1))
+    _schedule_fill(rowptr, incl, segment, (*segs, length, long_rows, long_ptr))
+    order = torch.sort(length, descending=True, stable=True).indices
+    return RowSchedule(*(t.index_select(0, order) for t in segs), long_rows, long_ptr, segment, num_partials)
 
 
 def _schedule_grid(threads: int) -> tuple[int]:

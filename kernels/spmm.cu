@@ -272,10 +272,21 @@ __global__ void __launch_bounds__(128) gespmm_combine(
 // (sampled training) pays a handful of launches and one host sync for it, not the ~35 tensor operations of
 // the same computation in PyTorch. Both passes loop with a grid stride.
 //
-// Pass 1, a thread per row: counts (4, rows): the row's segments, 1 if it is split, its partials (= its segments when split, else
-// 0), 1 if it is longer than `threshold` (the schedule is needed at all only when some row is).
+// Visiting order of the segments: by length class, longest first, row order within a class. Class c holds the
+// lengths whose bit length is that of `segment` minus c (so class 0 holds the split rows' full segments), the
+// last class (classes - 1) the empty rows and whatever is shorter than the classes above reach.
+__device__ __forceinline__ i64 gespmm_length_class(i64 length, i64 segment, i64 classes) {
+  if (length == 0) return classes - 1;
+  const i64 c = (64 - __clzll(segment)) - (64 - __clzll(length));
+  return c < classes - 1 ? c : classes - 1;
+}
+
+// Pass 1, a thread per row: counts (4 + classes, rows): the row's segments, 1 if it is split, its partials
+// (= its segments when split, else 0), 1 if it is longer than `threshold` (the schedule is needed at all only
+// when some row is), then its segments in each length class (a split row's full segments in one, its last in
+// the class of its length).
 __global__ void gespmm_schedule_count(const i64* __restrict__ rowptr, i64* __restrict__ counts, i64 rows,
-                                      i64 segment, i64 threshold) {
+                                      i64 segment, i64 threshold, i64 classes) {
   for (i64 r = (i64)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += (i64)gridDim.x * blockDim.x) {
     const i64 degree = rowptr[r + 1] - rowptr[r];
     const i64 nseg = degree > segment ? (degree + segment - 1) / segment : 1;
@@ -283,6 +294,9 @@ __global__ void gespmm_schedule_count(const i64* __restrict__ rowptr, i64* __res
     counts[rows + r] = nseg > 1;
     counts[2 * rows + r] = nseg > 1 ? nseg : 0;
     counts[3 * rows + r] = degree > threshold;
+    const i64 last = gespmm_length_class(degree - (nseg - 1) * segment, segment, classes);
+    for (i64 c = 0; c < classes; ++c)  // a full segment's class is 0
+      counts[(4 + c) * rows + r] = (c == 0 ? nseg - 1 : 0) + (c == last);
   }
 }
 
@@ -290,13 +304,14 @@ __global__ void gespmm_schedule_count(const i64* __restrict__ rowptr, i64* __res
 // finds its row by binary search over the segment sums (every row has at least one segment, so they rise
 // strictly), so that a hub's thousands of segments are written in parallel. Segment s, the j-th of row r,
 // covers entries rowptr[r] + j * segment up to the next segment's start (the row's end for its last) and goes
-// to output row r, or (split rows) to consecutive workspace rows -(p + 1). Written in row order: its begin and
-// end (seg_range), row, slot and length (spmm.row_schedule then sorts them longest first). A split row's first
-// segment also writes the row's place in long_rows and its end in long_ptr. The sizes were read from the sums'
-// last column, so every write lands inside the tensors allocated from them.
+// to output row r, or (split rows) to consecutive workspace rows -(p + 1). Its begin and end (seg_range), row
+// and slot are written at its place in the visiting order (gespmm_length_class): after every segment of the
+// classes before its own, of the rows before r in its class, and of row r's own before it there. A split row's
+// first segment also writes the row's place in long_rows and its end in long_ptr. The sizes were read from the
+// sums' last column, so every write lands inside the tensors allocated from them.
 __global__ void gespmm_schedule_fill(const i64* __restrict__ rowptr, const i64* __restrict__ incl, i64 rows,
-                                     i64 segment, i64* __restrict__ seg_range, i64* __restrict__ seg_row,
-                                     i64* __restrict__ seg_slot, int* __restrict__ length,
+                                     i64 segment, i64 classes, i64* __restrict__ seg_range,
+                                     i64* __restrict__ seg_row, i64* __restrict__ seg_slot,
                                      i64* __restrict__ long_rows, i64* __restrict__ long_ptr) {
   const i64 total = incl[rows - 1];
   for (i64 s = (i64)blockIdx.x * blockDim.x + threadIdx.x; s < total; s += (i64)gridDim.x * blockDim.x) {
@@ -306,15 +321,20 @@ __global__ void gespmm_schedule_fill(const i64* __restrict__ rowptr, const i64* 
       if (incl[mid] > s) hi = mid;
       else lo = mid + 1;
     }
-    const i64 r = lo, last = incl[r], nseg = last - (r ? incl[r - 1] : 0), j = s - (last - nseg);
+    const i64 r = lo, upto = incl[r], nseg = upto - (r ? incl[r - 1] : 0), j = s - (upto - nseg);
     const bool split = nseg > 1;
     const i64 p0 = incl[2 * rows + r] - (split ? nseg : 0);
     const i64 beg = rowptr[r] + j * segment, end = j == nseg - 1 ? rowptr[r + 1] : beg + segment;
-    seg_range[2 * s] = beg;
-    seg_range[2 * s + 1] = end;
-    seg_row[s] = r;
-    seg_slot[s] = split ? -(p0 + j + 1) : r;
-    length[s] = (int)min(end - beg, (i64)0x7fffffff);  // the sort key (longer ones need no order among them)
+    const i64 last = gespmm_length_class(rowptr[r + 1] - rowptr[r] - (nseg - 1) * segment, segment, classes);
+    const i64 c = j < nseg - 1 ? 0 : last;  // a full segment's class is 0
+    // row r's segments in class c: its full ones (class 0), then its last (in its class)
+    const i64 in_row = (c == 0 ? nseg - 1 : 0) + (c == last);
+    i64 pos = incl[(4 + c) * rows + r] - in_row + (c == 0 ? j : 0);
+    for (i64 k = 0; k < c; ++k) pos += incl[(4 + k) * rows + rows - 1];  // the classes before c, whole
+    seg_range[2 * pos] = beg;
+    seg_range[2 * pos + 1] = end;
+    seg_row[pos] = r;
+    seg_slot[pos] = split ? -(p0 + j + 1) : r;
     if (split && j == 0) {
       const i64 l = incl[rows + r] - 1;
       long_rows[l] = r;

@@ -32,12 +32,13 @@ FOLD_MAX_PARTIALS = 2048  # split rows are folded inside the row kernel up to th
 # 256- and 512-column ones at K = 256 and 602 on the benchmark's large graphs. float16/bfloat16 tiles span
 # twice the columns (the same 512 bytes of a row of x).
 TILE = 128
+MAX_LENGTH_CLASSES = 12  # bounds the schedule's counts: (4 + classes) per row
 NO_WORKSPACE = (0, 0, 0, 0)  # gespmm_rows' part, part_arg, rowptr, done for a plan without split rows
 
 
 class RowSchedule(NamedTuple):
     """Row segments of at most ``segment`` entries (see :func:`row_schedule`), in the order the row kernel visits
-    them: longest first, equal lengths in row order (so a split row's segments in order).
+    them: longest first by length class, row order within a class (so a split row's full segments in order).
 
     ``seg_range`` (S, 2) each segment's first and end entry; ``seg_row`` (S,) its row; ``seg_slot`` (S,) the
     output row, or ``-(p + 1)`` for workspace row p (a split row's segments take consecutive workspace rows, in
@@ -62,10 +63,11 @@ def row_schedule(rowptr: Tensor, segment: int = DEFAULT_SEGMENT, split_above: in
 
     Returns None when no row is longer than ``max(segment, split_above)`` (the kernel then maps segment s to
     row s). Built on the device by two kernels around a cumulative sum, with one host sync that reads every
-    size at once, then ordered longest first by a stable sort of the lengths: in row order a block of the row
-    kernel holds its place on the SM until its longest segment is done, so that on a skewed graph most of the
-    SM's places wait on a few long segments (see docs/kernels.md). Cached by the engine per graph (a sampled
-    batch builds it, sort included, on every step).
+    size at once. The fill kernel writes the segments in their visiting order, longest first by length class
+    (the bit length of the entries: the split rows' full segments first), row order within a class: in row order
+    a block of the row kernel holds its place on the SM until its longest segment is done, so that on a skewed
+    graph most of the SM's places wait on a few long segments (see docs/kernels.md). Cached by the engine per
+    graph (a sampled batch builds it on every step).
     """
     rt.check_tensor("row_schedule", "rowptr", rowptr, dtypes=(torch.int64,), ndim=1)
     if rowptr.numel() < 1:
@@ -79,16 +81,19 @@ def row_schedule(rowptr: Tensor, segment: int = DEFAULT_SEGMENT, split_above: in
     if rows == 0:
         return None
     incl = _schedule_counts(rowptr, segment, max(segment, split_above)).cumsum_(1)
-    num_segments, num_long, num_partials, over = incl[:, -1].tolist()
+    num_segments, num_long, num_partials, over = incl[:4, -1].tolist()
     if not over:
         return None
-    segs = tuple(torch.empty(shape, dtype=torch.int64, device=device)  # seg_range, seg_row, seg_slot
-                 for shape in ((num_segments, 2), (num_segments,), (num_segments,)))
-    length = torch.empty(num_segments, dtype=torch.int32, device=device)
-    long_rows, long_ptr = (torch.empty(size, dtype=torch.int64, device=device) for size in (num_long, num_long + 1))
-    _schedule_fill(rowptr, incl, segment, (*segs, length, long_rows, long_ptr))
-    order = torch.sort(length, descending=True, stable=True).indices
-    return RowSchedule(*(t.index_select(0, order) for t in segs), long_rows, long_ptr, segment, num_partials)
+    shapes = ((num_segments, 2), (num_segments,), (num_segments,), (num_long,), (num_long + 1,))
+    parts = tuple(torch.empty(shape, dtype=torch.int64, device=device) for shape in shapes)
+    _schedule_fill(rowptr, incl, segment, parts)
+    return RowSchedule(*parts, segment, num_partials)
+
+
+def length_classes(segment: int) -> int:
+    """Length classes of a schedule of ``segment``-entry segments (gespmm_length_class): one per bit length
+    down from the segment's, at most ``MAX_LENGTH_CLASSES`` (the last also holds the empty rows)."""
+    return min(segment.bit_length(), MAX_LENGTH_CLASSES - 1) + 1
 
 
 def _schedule_grid(threads: int) -> tuple[int]:
@@ -98,18 +103,22 @@ def _schedule_grid(threads: int) -> tuple[int]:
 
 
 def _schedule_counts(rowptr: Tensor, segment: int, threshold: int) -> Tensor:
-    """gespmm_schedule_count: (4, R) segments, split flag, partials and "longer than threshold" per row."""
-    counts = torch.empty(4, rowptr.numel() - 1, dtype=torch.int64, device=rowptr.device)
+    """gespmm_schedule_count: (4 + classes, R) segments, split flag, partials and "longer than threshold" per row,
+    then its segments per length class."""
+    classes = length_classes(segment)
+    counts = torch.empty(4 + classes, rowptr.numel() - 1, dtype=torch.int64, device=rowptr.device)
     rt.launch(FILE, SCHEDULE_KERNELS[0], rowptr.device, _schedule_grid(counts.size(1)), (rt.BLOCK,),
-              (rowptr.data_ptr(), counts.data_ptr(), counts.size(1), segment, threshold), family=SCHEDULE_KERNELS)
+              (rowptr.data_ptr(), counts.data_ptr(), counts.size(1), segment, threshold, classes),
+              family=SCHEDULE_KERNELS)
     return counts
 
 
 def _schedule_fill(rowptr: Tensor, incl: Tensor, segment: int, parts: tuple[Tensor, ...]) -> None:
-    """gespmm_schedule_fill: writes ``parts`` (seg_range, seg_row, seg_slot and the segments' lengths, in row
-    order; long_rows, long_ptr) from the inclusive sums ``incl`` of :func:`_schedule_counts`."""
+    """gespmm_schedule_fill: writes ``parts`` (seg_range, seg_row, seg_slot in visiting order, long_rows,
+    long_ptr) from the inclusive sums ``incl`` of :func:`_schedule_counts`."""
     rt.launch(FILE, SCHEDULE_KERNELS[1], rowptr.device, _schedule_grid(parts[1].numel()), (rt.BLOCK,),
-              (rowptr.data_ptr(), incl.data_ptr(), incl.size(1), segment, *(t.data_ptr() for t in parts)),
+              (rowptr.data_ptr(), incl.data_ptr(), incl.size(1), segment, length_classes(segment),
+               *(t.data_ptr() for t in parts)),
               family=SCHEDULE_KERNELS)
 
 

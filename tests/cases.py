@@ -94,20 +94,29 @@ def train_steps(model, x, y, graph, steps: int = 30, lr: float = 0.05):
     return before, eval_loss(), losses
 
 
+def length_class(length: torch.Tensor, segment: int) -> torch.Tensor:
+    """``gespmm_length_class`` with tensor operations: the bit length of ``segment`` minus that of the length,
+    capped at the last class, which also holds the empty ones."""
+    classes = min(segment.bit_length(), 11) + 1  # spmm.length_classes, written out so that the oracle is its own
+    bits = (length[..., None] >= 1 << torch.arange(63, device=length.device)).sum(-1)  # exact, 0 for 0
+    return torch.where(length > 0, (segment.bit_length() - bits).clamp(max=classes - 1), classes - 1), classes
+
+
 def schedule_counts(rowptr: torch.Tensor, segment: int, threshold: int) -> torch.Tensor:
-    """What GE-SpMM's ``gespmm_schedule_count`` writes, computed with tensor operations: (4, R) segments, split
-    flag, partials and "longer than threshold" per row."""
+    """What GE-SpMM's ``gespmm_schedule_count`` writes, computed with tensor operations: (4 + classes, R)
+    segments, split flag, partials and "longer than threshold" per row, then its segments per length class."""
     deg = rowptr.diff()
     nseg = torch.where(deg > segment, (deg + segment - 1) // segment, 1)
     split = (nseg > 1).long()
-    return torch.stack([nseg, split, nseg * split, (deg > threshold).long()])
+    last, classes = length_class(deg - (nseg - 1) * segment, segment)
+    per_class = torch.arange(classes, device=rowptr.device)[:, None]
+    by_class = torch.where(per_class == 0, nseg - 1, 0) + (per_class == last).long()
+    return torch.cat([torch.stack([nseg, split, nseg * split, (deg > threshold).long()]), by_class])
 
 
-def torch_row_schedule(rowptr: torch.Tensor, segment: int, ordered: bool = True) -> tuple:
+def torch_row_schedule(rowptr: torch.Tensor, segment: int) -> tuple:
     """``spmm.row_schedule(rowptr, segment)``'s fields computed with tensor operations (the form its kernels
-    replaced): the oracle of the GPU test, and what the CPU launch-arity test fills in for the kernels.
-    ``ordered=False``: what ``gespmm_schedule_fill`` writes before the sort (seg_range, seg_row, seg_slot and
-    the lengths in row order, long_rows, long_ptr)."""
+    replaced): the oracle of the GPU test, and what the CPU launch-arity test fills in for the kernels."""
     deg = rowptr.diff()
     nseg = ((deg + segment - 1) // segment).clamp_(min=1)
     rows = torch.arange(deg.numel(), device=rowptr.device)
@@ -120,10 +129,9 @@ def torch_row_schedule(rowptr: torch.Tensor, segment: int, ordered: bool = True)
     seg_slot = torch.where(long_seg, -torch.cumsum(long_seg.long(), 0), seg_row)
     seg_range = torch.stack([beg, end], 1)
     long_ptr = torch.cat([rowptr.new_zeros(1), torch.cumsum(nseg[is_long], 0)])
-    if not ordered:
-        return seg_range, seg_row, seg_slot, (end - beg).int(), rows[is_long], long_ptr
-    # longest first, equal lengths in row order: a key without ties, which any sort puts in the same order
-    order = torch.argsort((beg - end) * seg_row.numel() + torch.arange(seg_row.numel(), device=rowptr.device))
+    # by length class, row order within a class: a key without ties, which any sort puts in the same order
+    order = torch.argsort(length_class(end - beg, segment)[0] * seg_row.numel()
+                          + torch.arange(seg_row.numel(), device=rowptr.device))
     return seg_range[order], seg_row[order], seg_slot[order], rows[is_long], long_ptr, segment, int(long_ptr[-1])
 
 

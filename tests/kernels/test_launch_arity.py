@@ -74,7 +74,7 @@ def recorded(monkeypatch):
 
     def fill(rowptr, incl, segment, parts):
         real_fill(rowptr, incl, segment, parts)
-        for part, value in zip(parts, torch_row_schedule(rowptr, segment, ordered=False)):
+        for part, value in zip(parts, torch_row_schedule(rowptr, segment)):
             part.copy_(value)
 
     monkeypatch.setattr(spmm, "_schedule_counts", counts)

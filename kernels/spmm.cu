@@ -4,8 +4,8 @@
 //
 // Work mapping (gespmm_rows): a GROUP of lanes (32 = one warp; fewer, several rows per warp, for K <= 64; see
 // spmm.config) owns one row segment (a whole row, or a piece of a split row; with a schedule, the segments are
-// visited longest first, so that the groups of a block finish together) and a column tile of GROUP * VEC * CF
-// columns (grid.y walks the tiles). The group loads GROUP (col, val) pairs of its segment with one coalesced
+// visited longest first by length class, so that the groups of a block finish together) and a column tile of
+// GROUP * VEC * CF columns (grid.y walks the tiles). The group loads GROUP (col, val) pairs of its segment with one coalesced
 // access (CRC; kept in registers and broadcast with shuffles), then every lane accumulates VEC-wide vectors of CF
 // column chunks (CWM); UNCHECKED (max/min, when every tile is full) leaves out the per-column bound check. Rows
 // longer than the schedule's segment length are split into segments whose partial results go to a workspace,

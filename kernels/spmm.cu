@@ -5,15 +5,15 @@
 // Work mapping (gespmm_rows): a GROUP of lanes (32 = one warp; fewer, several rows per warp, for K <= 64; see
 // spmm.config) owns one row segment (a whole row, or a piece of a split row; with a schedule, the segments are
 // visited longest first by length class, so that the groups of a block finish together) and a column tile of
-// GROUP * VEC * CF columns (grid.y walks the tiles). The group loads GROUP (col, val) pairs of its segment with one coalesced
-// access (CRC; kept in registers and broadcast with shuffles), then every lane accumulates VEC-wide vectors of CF
-// column chunks (CWM); UNCHECKED (max/min, when every tile is full) leaves out the per-column bound check. Rows
-// longer than the schedule's segment length are split into segments whose partial results go to a workspace,
-// folded in segment order (gespmm_fold) either in the same launch, by the group that finishes a split row's last
-// segment (found with a per-row counter that it resets; for graphs with few split rows), or by gespmm_combine.
-// No float atomics anywhere, hence bitwise deterministic. T: float, double, or the 16-bit gf_half / gf_bf16 of
-// common.cuh, whose products and sums run in float (A, the accumulator type; partials too) and whose output is
-// rounded once.
+// GROUP * VEC * CF columns (grid.y walks the tiles). The group loads GROUP (col, val) pairs of its segment with
+// one coalesced access (CRC; kept in registers and broadcast with shuffles), then every lane accumulates VEC-wide
+// vectors of CF column chunks (CWM); UNCHECKED (max/min, when every tile is full) leaves out the per-column bound
+// check. Rows longer than the schedule's segment length are split into segments whose partial results go to a
+// workspace, folded in segment order (gespmm_fold) either in the same launch, by the group that finishes a split
+// row's last segment (found with a per-row counter that it resets; for graphs with few split rows), or by
+// gespmm_combine. No float atomics anywhere, hence bitwise deterministic. T: float, double, or the 16-bit
+// gf_half / gf_bf16 of common.cuh, whose products and sums run in float (A, the accumulator type; partials too)
+// and whose output is rounded once.
 #include "common.cuh"
 
 // Store a group's finished column tile (from k_base): acc, in T, at dst and, with TRACK, the entry positions at

@@ -6,7 +6,8 @@ gradient (CSC: rows = sources, ``row`` = per-entry source, gathering the output 
 worker boundary are added atomically into a zeroed output: results may differ run to run in the last bits.
 
 Dynamic Task Partition: NnzPerWarp (entries per worker) is the largest of ``sddmm.NNZ_PER_WARP`` that still
-leaves more than ``sddmm.WAVE_FACTOR`` full waves of blocks (SM count × the compiled kernel's occupancy).
+leaves more than ``WAVES`` full waves of blocks (SM count × the compiled kernel's occupancy), and at least 32
+for a warp-wide worker (K > 64 in float32), which loads 32 entries at a time.
 
 Shapes:
     rowptr: (R + 1,) int64; row: (nnz,) int64; col: (nnz,) int32; x: (num_cols, K); values: (nnz,) or None
@@ -25,6 +26,10 @@ from . import sddmm, spmm
 
 FILE = "hp_spmm.cu"
 REDUCES = ("sum", "mean")
+# Dynamic Task Partition's wave bound (the paper's alpha; HP-SDDMM keeps 2): 8 was the best of 2, 4, 8, 16 and 32
+# over the benchmark's RMAT graphs at K = 32 / 64 / 128 in session 36's sweep of every NnzPerWarp on an H200,
+# with 32 entries at least for a warp-wide worker (docs/kernel_log.md).
+WAVES = 8
 
 
 class HpSpmmPlan(rt.Plan):
@@ -50,7 +55,8 @@ class HpSpmmPlan(rt.Plan):
         if nnz and k and not npw:
             index = rt.device_index(self.device)
             full = rt.full_wave(FILE, name, index, rt.BLOCK, family)
-            self.npw = sddmm.nnz_per_warp(nnz * tiles, full, workers=rt.BLOCK // group)
+            self.npw = sddmm.nnz_per_warp(nnz * tiles, full, workers=rt.BLOCK // group, waves=WAVES,
+                                          least=32 if group == 32 else sddmm.NNZ_PER_WARP[0])
         workers = -(-nnz // self.npw)
         self.kernel = rt.Kernel(FILE, name, self.device, (-(-workers // (rt.BLOCK // group)), tiles), (rt.BLOCK,),
                                 family=family)

@@ -35,13 +35,15 @@ def config(c: int, dtype: torch.dtype, tensors: list[Tensor]) -> tuple[int, int,
     return vec, min(MAX_CF, rt.next_pow2(-(-lanes // group))), group
 
 
-def nnz_per_warp(tasks: int, full_wave: int, workers: int = rt.BLOCK // 32) -> int:
-    """The largest NnzPerWarp keeping ``tasks / (NnzPerWarp · workers per block) > WAVE_FACTOR · full_wave``
-    (a worker is a warp here; HP-SpMM's workers below K = 32 are groups of fewer lanes)."""
+def nnz_per_warp(tasks: int, full_wave: int, workers: int = rt.BLOCK // 32, *, waves: float = WAVE_FACTOR,
+                 least: int = NNZ_PER_WARP[0]) -> int:
+    """The largest NnzPerWarp keeping ``tasks / (NnzPerWarp · workers per block) > waves · full_wave``, and at
+    least ``least`` (a worker is a warp here; HP-SpMM's workers below K = 32 are groups of fewer lanes, and it
+    passes its own ``waves`` and ``least``)."""
     for npw in reversed(NNZ_PER_WARP):
-        if tasks / (npw * workers) > WAVE_FACTOR * full_wave:
+        if npw >= least and tasks / (npw * workers) > waves * full_wave:
             return npw
-    return NNZ_PER_WARP[0]
+    return least
 
 
 def hp_sddmm(row: Tensor, col: Tensor, perm: Tensor, a: Tensor, b: Tensor, *, heads: int = 1,

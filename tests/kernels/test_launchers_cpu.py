@@ -312,6 +312,12 @@ def test_dtp_counts_workers_per_block():
     assert sddmm.nnz_per_warp(64 * 8 * 2 * full + 1, full) == 64
     # 64 workers per block (HP-SpMM's 4-lane groups for K < 8): eight times fewer entries per worker
     assert sddmm.nnz_per_warp(64 * 8 * 2 * full + 1, full, workers=64) == 8
+    # HP-SpMM's own bounds: more waves (a smaller NnzPerWarp for the same tasks), and a floor
+    assert sddmm.nnz_per_warp(64 * 8 * 2 * full + 1, full, waves=8) == 8
+    assert sddmm.nnz_per_warp(64 * 8 * 8 * full + 1, full, waves=8) == 64
+    assert sddmm.nnz_per_warp(64 * 8 * 8 * full, full, waves=8) == 32
+    assert sddmm.nnz_per_warp(10, full, least=32) == 32
+    assert sddmm.nnz_per_warp(10**10, full, least=32) == 512
 
 
 @pytest.mark.parametrize(

@@ -94,9 +94,9 @@ def train_steps(model, x, y, graph, steps: int = 30, lr: float = 0.05):
     return before, eval_loss(), losses
 
 
-def length_class(length: torch.Tensor, segment: int) -> torch.Tensor:
-    """``gespmm_length_class`` with tensor operations: the bit length of ``segment`` minus that of the length,
-    capped at the last class, which also holds the empty ones."""
+def length_class(length: torch.Tensor, segment: int) -> tuple[torch.Tensor, int]:
+    """``gespmm_length_class`` with tensor operations, and the number of classes: the bit length of ``segment``
+    minus that of the length, capped at the last class, which also holds the empty ones."""
     classes = min(segment.bit_length(), 11) + 1  # spmm.length_classes, written out so that the oracle is its own
     bits = (length[..., None] >= 1 << torch.arange(63, device=length.device)).sum(-1)  # exact, 0 for 0
     return torch.where(length > 0, (segment.bit_length() - bits).clamp(max=classes - 1), classes - 1), classes
